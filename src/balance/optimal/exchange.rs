@@ -1,0 +1,471 @@
+//! The exchange graph: which channel could move from which bot to which other bot.
+//!
+//! Nodes are the bots of one platform (node `b + 1` for bot `b`) plus [`SOURCE`], where
+//! channels wait until they are placed. A channel `u` sitting on node `a` that may also go to
+//! bot `x` gives the arc `a → x`. Arcs are kept per (a, x) pair in three buckets by their move
+//! cost relative to the channel's *home* (its previous assignee):
+//!
+//! * [`Kind::Return`] (−1): `x` is the channel's home, so moving it there undoes a move;
+//! * [`Kind::Neutral`] (0): neither `a` nor `x` is home;
+//! * [`Kind::Leave`] (+1): `a` is home, so moving it away costs one move.
+//!
+//! Each bucket is an intrusive doubly linked list over membership *entries* (one per channel and
+//! member), so moving a channel costs O(its degree) and finding a channel for an arc is O(1);
+//! the number of channels never enters a graph search, only the number of bot pairs.
+
+use rustc_hash::FxHashMap;
+
+pub(crate) const NIL: u32 = u32::MAX;
+/// The node holding channels that are not placed yet.
+pub(crate) const SOURCE: u32 = 0;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Return = 0,
+    Neutral = 1,
+    Leave = 2,
+}
+
+impl Kind {
+    pub(crate) const ALL: [Kind; 3] = [Kind::Return, Kind::Neutral, Kind::Leave];
+
+    /// Change in the number of moved channels when a channel crosses an arc of this kind.
+    pub(crate) fn cost(self) -> i64 {
+        self as i64 - 1
+    }
+}
+
+/// Bot pairs up to this many nodes get a dense slot table (3 × 4 bytes per pair: 48 MB at
+/// 2,000 bots); larger fleets use a hash map.
+const DENSE_LIMIT: usize = 3000;
+
+enum Slots {
+    Dense { seen: Vec<u64> },
+    Sparse(FxHashMap<u64, u32>),
+}
+
+pub(crate) struct Exchange {
+    width: usize,
+    slots: Slots,
+    heads: Vec<[u32; 3]>,
+    nbrs: Vec<Vec<u32>>,
+    load: Vec<u32>,
+    // per channel
+    at: Vec<u32>,
+    home: Vec<u32>,
+    first: Vec<u32>,
+    // per entry
+    e_chan: Vec<u32>,
+    e_node: Vec<u32>,
+    e_sib: Vec<u32>,
+    e_next: Vec<u32>,
+    e_prev: Vec<u32>,
+    e_slot: Vec<u32>,
+    free: Vec<u32>,
+    placed_channels: usize,
+    // channels moved since the last `take_moved`
+    moved: Vec<u32>,
+    moved_mark: Vec<bool>,
+}
+
+impl Exchange {
+    /// An empty graph with `width` nodes (the source and the bots) and `channels` channel slots.
+    pub(crate) fn new(width: usize, channels: usize, entries: usize) -> Self {
+        let (slots, heads) = if width <= DENSE_LIMIT {
+            let pairs = width * width;
+            let seen = vec![0u64; pairs.div_ceil(64)];
+            (Slots::Dense { seen }, vec![[NIL; 3]; pairs])
+        } else {
+            (Slots::Sparse(FxHashMap::default()), Vec::new())
+        };
+        Self {
+            width,
+            slots,
+            heads,
+            nbrs: vec![Vec::new(); width],
+            load: vec![0; width],
+            at: vec![NIL; channels],
+            home: vec![NIL; channels],
+            first: vec![NIL; channels],
+            e_chan: Vec::with_capacity(entries),
+            e_node: Vec::with_capacity(entries),
+            e_sib: Vec::with_capacity(entries),
+            e_next: Vec::with_capacity(entries),
+            e_prev: Vec::with_capacity(entries),
+            e_slot: Vec::with_capacity(entries),
+            free: Vec::new(),
+            placed_channels: 0,
+            moved: Vec::new(),
+            moved_mark: vec![false; channels],
+        }
+    }
+
+    pub(crate) fn width(&self) -> usize {
+        self.width
+    }
+
+    pub(crate) fn channel_capacity(&self) -> usize {
+        self.at.len()
+    }
+
+    pub(crate) fn grow_channels(&mut self, channels: usize) {
+        if channels > self.at.len() {
+            self.at.resize(channels, NIL);
+            self.home.resize(channels, NIL);
+            self.first.resize(channels, NIL);
+            self.moved_mark.resize(channels, false);
+        }
+    }
+
+    /// Channels in the graph, placed or waiting on the source.
+    pub(crate) fn channels_in_graph(&self) -> usize {
+        self.placed_channels
+    }
+
+    pub(crate) fn load(&self, node: u32) -> u32 {
+        self.load[node as usize]
+    }
+
+    pub(crate) fn at(&self, channel: u32) -> u32 {
+        self.at[channel as usize]
+    }
+
+    pub(crate) fn home(&self, channel: u32) -> u32 {
+        self.home[channel as usize]
+    }
+
+    pub(crate) fn contains(&self, channel: u32) -> bool {
+        self.at[channel as usize] != NIL
+    }
+
+    /// Nodes `x` for which some arc `a → x` may exist (a superset, never shrinks).
+    pub(crate) fn nbrs(&self, a: u32) -> &[u32] {
+        &self.nbrs[a as usize]
+    }
+
+    pub(crate) fn members(&self, channel: u32) -> Members<'_> {
+        Members {
+            ex: self,
+            entry: self.first[channel as usize],
+        }
+    }
+
+    pub(crate) fn kind_of(&self, channel: u32, from: u32, to: u32) -> Kind {
+        let home = self.home[channel as usize];
+        if home == from {
+            Kind::Leave
+        } else if home == to {
+            Kind::Return
+        } else {
+            Kind::Neutral
+        }
+    }
+
+    /// A channel on `a` that may move to `x` with the given cost kind.
+    pub(crate) fn channel_on_arc(&self, a: u32, x: u32, kind: Kind) -> Option<u32> {
+        let slot = self.slot(a, x)?;
+        let e = self.heads[slot as usize][kind as usize];
+        (e != NIL).then(|| self.e_chan[e as usize])
+    }
+
+    pub(crate) fn has_arc(&self, a: u32, x: u32, kind: Kind) -> bool {
+        self.slot(a, x)
+            .is_some_and(|s| self.heads[s as usize][kind as usize] != NIL)
+    }
+
+    /// Any channel on `a` that may move to `x`, preferring the cheapest kind.
+    pub(crate) fn any_channel_on_arc(&self, a: u32, x: u32) -> Option<u32> {
+        let slot = self.slot(a, x)?;
+        let heads = &self.heads[slot as usize];
+        heads
+            .iter()
+            .find(|&&e| e != NIL)
+            .map(|&e| self.e_chan[e as usize])
+    }
+
+    /// Adds a channel with its member nodes, placed on `at` (a member or [`SOURCE`]).
+    pub(crate) fn insert(&mut self, channel: u32, members: &[u32], home: u32, at: u32) {
+        debug_assert!(!self.contains(channel));
+        let c = channel as usize;
+        self.at[c] = at;
+        self.home[c] = home;
+        self.load[at as usize] += 1;
+        self.placed_channels += 1;
+        for &m in members.iter().rev() {
+            let e = self.new_entry(channel, m);
+            self.e_sib[e as usize] = self.first[c];
+            self.first[c] = e;
+            if m != at {
+                self.link(e, at, m, self.kind_of(channel, at, m));
+            }
+        }
+    }
+
+    /// Removes a channel from the graph (it has no valid bot any more).
+    pub(crate) fn remove(&mut self, channel: u32) {
+        let c = channel as usize;
+        let mut e = self.first[c];
+        while e != NIL {
+            let next = self.e_sib[e as usize];
+            self.unlink(e);
+            self.free.push(e);
+            e = next;
+        }
+        self.load[self.at[c] as usize] -= 1;
+        self.placed_channels -= 1;
+        self.first[c] = NIL;
+        self.at[c] = NIL;
+        self.home[c] = NIL;
+    }
+
+    /// Moves a channel to node `to` (a member, or [`SOURCE`]); O(degree).
+    pub(crate) fn move_to(&mut self, channel: u32, to: u32) {
+        let c = channel as usize;
+        let from = self.at[c];
+        debug_assert!(from != NIL && from != to);
+        self.at[c] = to;
+        self.load[from as usize] -= 1;
+        self.load[to as usize] += 1;
+        let mut e = self.first[c];
+        while e != NIL {
+            self.unlink(e);
+            let m = self.e_node[e as usize];
+            if m != to {
+                self.link(e, to, m, self.kind_of(channel, to, m));
+            }
+            e = self.e_sib[e as usize];
+        }
+        if !self.moved_mark[c] {
+            self.moved_mark[c] = true;
+            self.moved.push(channel);
+        }
+    }
+
+    /// Makes `home` the channel's home, re-filing its arcs under their new kinds.
+    pub(crate) fn set_home(&mut self, channel: u32, home: u32) {
+        let c = channel as usize;
+        if self.home[c] == home {
+            return;
+        }
+        self.home[c] = home;
+        let at = self.at[c];
+        let mut e = self.first[c];
+        while e != NIL {
+            let m = self.e_node[e as usize];
+            if m != at {
+                self.unlink(e);
+                self.link(e, at, m, self.kind_of(channel, at, m));
+            }
+            e = self.e_sib[e as usize];
+        }
+    }
+
+    /// Adds member node `node` to a channel in the graph.
+    pub(crate) fn add_member(&mut self, channel: u32, node: u32) {
+        let c = channel as usize;
+        let e = self.new_entry(channel, node);
+        self.e_sib[e as usize] = self.first[c];
+        self.first[c] = e;
+        let at = self.at[c];
+        self.link(e, at, node, self.kind_of(channel, at, node));
+    }
+
+    /// Removes member `node` from a channel that is not placed on it.
+    pub(crate) fn remove_member(&mut self, channel: u32, node: u32) {
+        let c = channel as usize;
+        debug_assert!(self.at[c] != node);
+        let mut prev = NIL;
+        let mut e = self.first[c];
+        while e != NIL {
+            let next = self.e_sib[e as usize];
+            if self.e_node[e as usize] == node {
+                self.unlink(e);
+                if prev == NIL {
+                    self.first[c] = next;
+                } else {
+                    self.e_sib[prev as usize] = next;
+                }
+                self.free.push(e);
+                return;
+            }
+            prev = e;
+            e = next;
+        }
+    }
+
+    /// Channels moved since the last call.
+    pub(crate) fn take_moved(&mut self) -> Vec<u32> {
+        let moved = std::mem::take(&mut self.moved);
+        for &c in &moved {
+            self.moved_mark[c as usize] = false;
+        }
+        moved
+    }
+
+    fn new_entry(&mut self, channel: u32, node: u32) -> u32 {
+        if let Some(e) = self.free.pop() {
+            let i = e as usize;
+            self.e_chan[i] = channel;
+            self.e_node[i] = node;
+            self.e_sib[i] = NIL;
+            self.e_next[i] = NIL;
+            self.e_prev[i] = NIL;
+            self.e_slot[i] = NIL;
+            return e;
+        }
+        let e = self.e_chan.len() as u32;
+        self.e_chan.push(channel);
+        self.e_node.push(node);
+        self.e_sib.push(NIL);
+        self.e_next.push(NIL);
+        self.e_prev.push(NIL);
+        self.e_slot.push(NIL);
+        e
+    }
+
+    fn slot(&self, a: u32, x: u32) -> Option<u32> {
+        match &self.slots {
+            Slots::Dense { .. } => Some(a * self.width as u32 + x),
+            Slots::Sparse(map) => map.get(&pair_key(a, x)).copied(),
+        }
+    }
+
+    fn slot_or_insert(&mut self, a: u32, x: u32) -> u32 {
+        match &mut self.slots {
+            Slots::Dense { seen } => {
+                let s = a as usize * self.width + x as usize;
+                let (word, bit) = (s / 64, 1u64 << (s % 64));
+                if seen[word] & bit == 0 {
+                    seen[word] |= bit;
+                    self.nbrs[a as usize].push(x);
+                }
+                s as u32
+            }
+            Slots::Sparse(map) => {
+                let next = self.heads.len() as u32;
+                let s = *map.entry(pair_key(a, x)).or_insert(next);
+                if s == next {
+                    self.heads.push([NIL; 3]);
+                    self.nbrs[a as usize].push(x);
+                }
+                s
+            }
+        }
+    }
+
+    fn link(&mut self, e: u32, a: u32, x: u32, kind: Kind) {
+        let s = self.slot_or_insert(a, x);
+        let head = &mut self.heads[s as usize][kind as usize];
+        let old = *head;
+        *head = e;
+        let i = e as usize;
+        self.e_next[i] = old;
+        self.e_prev[i] = NIL;
+        self.e_slot[i] = s * 3 + kind as u32;
+        if old != NIL {
+            self.e_prev[old as usize] = e;
+        }
+    }
+
+    fn unlink(&mut self, e: u32) {
+        let i = e as usize;
+        let slot = self.e_slot[i];
+        if slot == NIL {
+            return;
+        }
+        let (prev, next) = (self.e_prev[i], self.e_next[i]);
+        if prev == NIL {
+            self.heads[(slot / 3) as usize][(slot % 3) as usize] = next;
+        } else {
+            self.e_next[prev as usize] = next;
+        }
+        if next != NIL {
+            self.e_prev[next as usize] = prev;
+        }
+        self.e_slot[i] = NIL;
+    }
+}
+
+fn pair_key(a: u32, x: u32) -> u64 {
+    (a as u64) << 32 | x as u64
+}
+
+/// Iterator over a channel's member nodes.
+pub(crate) struct Members<'a> {
+    ex: &'a Exchange,
+    entry: u32,
+}
+
+impl Iterator for Members<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        if self.entry == NIL {
+            return None;
+        }
+        let e = self.entry as usize;
+        self.entry = self.ex.e_sib[e];
+        Some(self.ex.e_node[e])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arcs(ex: &Exchange, a: u32) -> Vec<(u32, Kind)> {
+        let mut out = Vec::new();
+        for &x in ex.nbrs(a) {
+            for kind in Kind::ALL {
+                if ex.has_arc(a, x, kind) {
+                    out.push((x, kind));
+                }
+            }
+        }
+        out.sort_by_key(|&(x, k)| (x, k as u8));
+        out
+    }
+
+    #[test]
+    fn arcs_follow_the_channel_and_its_home() {
+        for width in [4, DENSE_LIMIT + 1] {
+            let mut ex = Exchange::new(width, 2, 8);
+            // channel 0: members 1, 2, 3; home 1; placed on 1
+            ex.insert(0, &[1, 2, 3], 1, 1);
+            assert_eq!(arcs(&ex, 1), [(2, Kind::Leave), (3, Kind::Leave)]);
+            ex.move_to(0, 2);
+            assert_eq!(arcs(&ex, 1), []);
+            assert_eq!(arcs(&ex, 2), [(1, Kind::Return), (3, Kind::Neutral)]);
+            assert_eq!(ex.channel_on_arc(2, 1, Kind::Return), Some(0));
+            assert_eq!((ex.load(1), ex.load(2)), (0, 1));
+            ex.set_home(0, 2);
+            assert_eq!(arcs(&ex, 2), [(1, Kind::Leave), (3, Kind::Leave)]);
+            ex.remove_member(0, 3);
+            assert_eq!(arcs(&ex, 2), [(1, Kind::Leave)]);
+            ex.add_member(0, 3);
+            assert_eq!(arcs(&ex, 2), [(1, Kind::Leave), (3, Kind::Leave)]);
+            ex.move_to(0, SOURCE);
+            assert_eq!(
+                arcs(&ex, SOURCE),
+                [(1, Kind::Neutral), (2, Kind::Return), (3, Kind::Neutral)]
+            );
+            ex.remove(0);
+            assert_eq!(arcs(&ex, SOURCE), []);
+            assert_eq!(ex.channels_in_graph(), 0);
+            let mut moved = ex.take_moved();
+            moved.sort();
+            assert_eq!(moved, [0]);
+        }
+    }
+
+    #[test]
+    fn freed_entries_are_reused() {
+        let mut ex = Exchange::new(4, 2, 0);
+        ex.insert(0, &[1, 2], NIL, 1);
+        ex.remove(0);
+        ex.insert(1, &[2, 3], NIL, 3);
+        assert_eq!(ex.e_chan.len(), 2);
+        assert_eq!(ex.members(1).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(ex.any_channel_on_arc(3, 2), Some(1));
+    }
+}

@@ -1,0 +1,280 @@
+//! The `optimal` strategy: least Σ load² (hence least stddev and least max load), then the
+//! fewest moved channels, both exact.
+//!
+//! A full plan runs in three steps on the [`exchange`] graph of one platform:
+//! 1. place every channel on its least-loaded valid bot, channels with fewest options first
+//!    (already close to optimal, so the next step has little to do);
+//! 2. [`levels`]: remove cost-reducing paths top down; this proves Σ load² optimal and yields
+//!    each bot's level value β;
+//! 3. [`flow`]: put every channel whose previous bot is on the same level back home, then route
+//!    the resulting imbalances along cheapest paths (lexicographic: load, then moves). The
+//!    result is the optimal placement with the fewest moves.
+//!
+//! The state survives the plan: an incremental re-plan applies the index's journal (bots gone or
+//! back, memberships changed), restores the flow invariant locally and routes only the
+//! difference, so its cost follows the size of the change, not of the fleet.
+
+mod exchange;
+mod flow;
+mod levels;
+
+use exchange::{Exchange, NIL, SOURCE};
+use flow::{Cost, Flow};
+
+use crate::balance::rules::Resolved;
+use crate::index::{BotIx, ChanIx, Journal, Members, PlatformIndex};
+
+/// The reusable solver state of one platform.
+pub(crate) struct State {
+    ex: Exchange,
+    flow: Flow,
+}
+
+/// The state no longer matches the index; plan from scratch.
+#[derive(Debug)]
+pub(crate) struct Stale;
+
+fn node(bot: BotIx) -> u32 {
+    bot + 1
+}
+
+impl State {
+    /// Plans a platform from scratch; the index's assignees are the previous assignment.
+    pub(crate) fn build(index: &PlatformIndex, resolved: &Resolved) -> (Self, Vec<Option<BotIx>>) {
+        let width = index.bot_count() + 1;
+        let channels = index.channel_count();
+        let mut active = vec![false; width];
+        for b in 0..index.bot_count() as BotIx {
+            active[node(b) as usize] = index.is_online(b);
+        }
+
+        // Valid nodes of every channel, as one flat list.
+        let mut offsets = Vec::with_capacity(channels + 1);
+        let mut nodes: Vec<u32> = Vec::with_capacity(index.total_memberships());
+        let mut home = vec![NIL; channels];
+        let mut valid = Members::new();
+        for c in 0..channels as ChanIx {
+            offsets.push(nodes.len());
+            resolved.valid_bots(index, c, &mut valid);
+            nodes.extend(valid.iter().map(|&b| node(b)));
+            if let Some(prev) = index.assignee(c).filter(|b| valid.contains(b)) {
+                home[c as usize] = node(prev);
+            }
+        }
+        offsets.push(nodes.len());
+        let valid_of = |c: usize| &nodes[offsets[c]..offsets[c + 1]];
+        let has_previous = home.iter().any(|&h| h != NIL);
+
+        // Step 1: fewest options first, each to its least-loaded valid bot (home on ties).
+        let mut by_degree: Vec<Vec<u32>> = Vec::new();
+        for c in 0..channels {
+            let d = valid_of(c).len();
+            if d > 0 {
+                if by_degree.len() < d {
+                    by_degree.resize_with(d, Vec::new);
+                }
+                by_degree[d - 1].push(c as u32);
+            }
+        }
+        let mut load = vec![0u32; width];
+        let mut place = vec![NIL; channels];
+        for &c in by_degree.iter().flatten() {
+            let h = home[c as usize];
+            let best = *valid_of(c as usize)
+                .iter()
+                .min_by_key(|&&v| (load[v as usize], v != h))
+                .expect("channel has a valid bot");
+            place[c as usize] = best;
+            load[best as usize] += 1;
+        }
+        drop(by_degree);
+
+        let mut ex = Exchange::new(width, channels, nodes.len());
+        for c in 0..channels {
+            if place[c] != NIL {
+                // Without any previous assignment the first placement is the reference, so
+                // only channels that phase A moves need re-filing afterwards.
+                let h = if has_previous { home[c] } else { place[c] };
+                ex.insert(c as u32, valid_of(c), h, place[c]);
+            }
+        }
+        drop((offsets, nodes, home, place));
+
+        // Step 2: least Σ load², with each bot's level.
+        let beta = levels::settle_levels(&mut ex, &active);
+        let f: Vec<i64> = (0..width as u32).map(|v| ex.load(v) as i64).collect();
+        let pot = (0..width)
+            .map(|v| Cost::load(if active[v] { 1 - 2 * beta[v] } else { 0 }))
+            .collect();
+        let mut flow = Flow::new(f, pot, active);
+
+        // Step 3: back home where the level allows it, then route the imbalances.
+        if has_previous {
+            for c in 0..channels as u32 {
+                let (at, h) = (ex.at(c), ex.home(c));
+                if h != NIL && at != NIL && h != at && beta[h as usize] == beta[at as usize] {
+                    ex.move_to(c, h);
+                }
+            }
+            flow.settle(&mut ex);
+        }
+        let mut state = State { ex, flow };
+        state.rehome(has_previous);
+        let assignment = state.assignment();
+        (state, assignment)
+    }
+
+    /// Re-plans after the changes in `journal`, with the last plan as the previous assignment.
+    pub(crate) fn replan(
+        &mut self,
+        index: &PlatformIndex,
+        resolved: &Resolved,
+        journal: &Journal,
+    ) -> Result<Vec<Option<BotIx>>, Stale> {
+        if journal.overflow || index.bot_count() + 1 > self.ex.width() {
+            return Err(Stale);
+        }
+        self.ex.grow_channels(index.channel_count());
+
+        let mut fresh = Vec::new();
+        for &b in &journal.bots {
+            let v = node(b) as usize;
+            match (index.is_online(b), self.flow.active[v]) {
+                (true, false) if !fresh.contains(&(v as u32)) => fresh.push(v as u32),
+                (false, true) => {
+                    self.flow.active[v] = false;
+                    self.flow.f[v] = 0;
+                }
+                _ => {}
+            }
+        }
+
+        let mut touched = journal.channels.clone();
+        touched.sort_unstable();
+        touched.dedup();
+        let mut valid = Members::new();
+        let mut nodes: Vec<u32> = Vec::new();
+        for &c in &touched {
+            resolved.valid_bots(index, c, &mut valid);
+            nodes.clear();
+            nodes.extend(valid.iter().map(|&b| node(b)));
+            self.update_channel(index, c, &nodes, &fresh);
+        }
+        for &v in &fresh {
+            self.activate(index, v);
+        }
+
+        self.flow.settle(&mut self.ex);
+        self.rehome(false);
+        Ok(self.assignment())
+    }
+
+    /// Brings one channel's members in line with its new valid nodes.
+    fn update_channel(&mut self, index: &PlatformIndex, c: ChanIx, valid: &[u32], fresh: &[u32]) {
+        let ex = &mut self.ex;
+        if !ex.contains(c) {
+            if !valid.is_empty() {
+                let home = index
+                    .assignee(c)
+                    .map(node)
+                    .filter(|h| valid.contains(h))
+                    .unwrap_or(NIL);
+                ex.insert(c, valid, home, SOURCE);
+            }
+            return;
+        }
+        if valid.is_empty() {
+            ex.remove(c);
+            return;
+        }
+        let current: Vec<u32> = ex.members(c).collect();
+        if ex.at(c) != SOURCE && !valid.contains(&ex.at(c)) {
+            ex.move_to(c, SOURCE);
+        }
+        for &m in current.iter().filter(|m| !valid.contains(m)) {
+            ex.remove_member(c, m);
+        }
+        let added: Vec<u32> = valid
+            .iter()
+            .copied()
+            .filter(|m| !current.contains(m))
+            .collect();
+        for &m in &added {
+            ex.add_member(c, m);
+        }
+        // A new arc may be cheaper than the invariant allows: take it right away; moving to the
+        // most negative one leaves every arc of the channel non-negative again.
+        let at = ex.at(c);
+        if at == SOURCE {
+            return;
+        }
+        let cheapest = added
+            .iter()
+            .filter(|m| !fresh.contains(m))
+            .map(|&m| {
+                let cost = Cost::moves(ex.kind_of(c, at, m).cost());
+                (
+                    cost + self.flow.pot[at as usize] - self.flow.pot[m as usize],
+                    m,
+                )
+            })
+            .min();
+        if let Some((reduced, m)) = cheapest
+            && reduced < Cost::ZERO
+        {
+            ex.move_to(c, m);
+        }
+    }
+
+    /// A bot (back) online: price it so its incoming arcs are non-negative, then let it ask T
+    /// for as many units as are cheaper there than where they sit.
+    fn activate(&mut self, index: &PlatformIndex, v: u32) {
+        let ex = &self.ex;
+        let incoming = index
+            .channels_of(v - 1)
+            .iter()
+            .filter(|&&c| ex.contains(c))
+            .map(|&c| (c, ex.at(c)))
+            .filter(|&(_, at)| at != SOURCE && at != v)
+            .map(|(c, at)| self.flow.pot[at as usize] + Cost::moves(ex.kind_of(c, at, v).cost()))
+            .min();
+        let flow = &mut self.flow;
+        flow.active[v as usize] = true;
+        flow.f[v as usize] = 0;
+        flow.pot[v as usize] = incoming.unwrap_or(flow.sink_pot - Cost::load(1));
+        loop {
+            let f = flow.f[v as usize];
+            let reduced = Cost::load(2 * f + 1) + flow.pot[v as usize] - flow.sink_pot;
+            if reduced >= Cost::ZERO {
+                break;
+            }
+            flow.f[v as usize] += 1;
+        }
+    }
+
+    /// The plan is final: every moved channel's current place becomes its home, and with
+    /// `all_unhomed` also that of channels that had no previous assignee.
+    fn rehome(&mut self, all_unhomed: bool) {
+        for c in self.ex.take_moved() {
+            if self.ex.contains(c) {
+                self.ex.set_home(c, self.ex.at(c));
+            }
+        }
+        if all_unhomed {
+            for c in 0..self.ex.channel_capacity() as u32 {
+                if self.ex.contains(c) && self.ex.home(c) == NIL {
+                    self.ex.set_home(c, self.ex.at(c));
+                }
+            }
+        }
+    }
+
+    fn assignment(&self) -> Vec<Option<BotIx>> {
+        (0..self.ex.channel_capacity() as u32)
+            .map(|c| match self.ex.at(c) {
+                NIL | SOURCE => None,
+                v => Some(v - 1),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,202 @@
+//! The rules every strategy obeys: enabled platforms, priority lists and exclusions.
+//!
+//! Keys may be full (`onebot:123`) or short (`123`, meaning that channel on any enabled
+//! platform); a full key wins over a short one. Bot entries of a priority list may likewise be
+//! `onebot:1001` or `1001`. Rules are resolved against a platform's index at every plan, which
+//! costs O(number of rules), never O(number of channels).
+
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::index::{BotIx, ChanIx, Members, PlatformIndex};
+use crate::model::split_key;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Platforms whose bots are balanced; empty means every platform.
+    pub enabled_platforms: Vec<String>,
+    /// Channel key → bots in order of preference.
+    pub priority: BTreeMap<String, Vec<String>>,
+    /// Channel keys never assigned or changed.
+    pub exclude: Vec<String>,
+}
+
+impl Rules {
+    pub fn platform_enabled(&self, platform: &str) -> bool {
+        self.enabled_platforms.is_empty() || self.enabled_platforms.iter().any(|p| p == platform)
+    }
+
+    /// Resolves the rules for one platform to channel and bot indices.
+    pub fn resolve(&self, index: &PlatformIndex) -> Resolved {
+        let platform = index.name();
+        // The channel a key names on this platform, and whether the key was full.
+        let channel_of = |key: &str| -> Option<(ChanIx, bool)> {
+            match split_key(key) {
+                Some((p, id)) if p == platform => index.find_channel(id).map(|c| (c, true)),
+                Some(_) => None,
+                None => index.find_channel(key).map(|c| (c, false)),
+            }
+        };
+        let bot_of = |key: &str| -> Option<BotIx> {
+            match split_key(key) {
+                Some((p, id)) if p == platform => index.find_bot(id),
+                Some(_) => None,
+                None => index.find_bot(key),
+            }
+        };
+        let excluded = self
+            .exclude
+            .iter()
+            .filter_map(|key| channel_of(key))
+            .map(|(c, _)| c)
+            .collect();
+        let mut priority: FxHashMap<ChanIx, (bool, Vec<BotIx>)> = FxHashMap::default();
+        for (key, bots) in &self.priority {
+            let Some((channel, full)) = channel_of(key) else {
+                continue;
+            };
+            let list = bots.iter().filter_map(|b| bot_of(b)).collect();
+            match priority.get(&channel) {
+                Some((true, _)) if !full => {}
+                _ => {
+                    priority.insert(channel, (full, list));
+                }
+            }
+        }
+        Resolved {
+            excluded,
+            priority: priority.into_iter().map(|(c, (_, l))| (c, l)).collect(),
+        }
+    }
+}
+
+/// Rules resolved for one platform.
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    excluded: FxHashSet<ChanIx>,
+    priority: FxHashMap<ChanIx, Vec<BotIx>>,
+}
+
+impl Resolved {
+    pub fn is_excluded(&self, channel: ChanIx) -> bool {
+        self.excluded.contains(&channel)
+    }
+
+    pub fn excluded(&self) -> impl Iterator<Item = ChanIx> + '_ {
+        self.excluded.iter().copied()
+    }
+
+    pub fn priority(&self, channel: ChanIx) -> Option<&[BotIx]> {
+        self.priority.get(&channel).map(Vec::as_slice)
+    }
+
+    /// The bot a channel is pinned to: the first entry of its priority list that is an online
+    /// member.
+    pub fn pinned(&self, index: &PlatformIndex, channel: ChanIx) -> Option<BotIx> {
+        let members = index.members(channel);
+        self.priority(channel)?
+            .iter()
+            .copied()
+            .find(|b| members.contains(b) && index.is_online(*b))
+    }
+
+    /// The bots a channel may go to: its pinned bot alone, else its online members. Empty for
+    /// an excluded channel (check [`Resolved::is_excluded`] to tell the two apart).
+    pub fn valid_bots(&self, index: &PlatformIndex, channel: ChanIx, out: &mut Members) {
+        out.clear();
+        if self.is_excluded(channel) {
+            return;
+        }
+        if let Some(pin) = self.pinned(index, channel) {
+            out.push(pin);
+            return;
+        }
+        out.extend(
+            index
+                .members(channel)
+                .iter()
+                .copied()
+                .filter(|&b| index.is_online(b)),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet() -> PlatformIndex {
+        let mut p = PlatformIndex::new("onebot");
+        p.bot_online("1", &["100", "200"]);
+        p.bot_online("2", &["100", "200"]);
+        p.bot_online("3", &["100"]);
+        p
+    }
+
+    #[test]
+    fn full_keys_win_over_short_ones() {
+        let p = fleet();
+        let mut rules = Rules::default();
+        rules.priority.insert("onebot:100".into(), vec!["2".into()]);
+        rules.priority.insert("100".into(), vec!["1".into()]);
+        let r = rules.resolve(&p);
+        assert_eq!(
+            r.pinned(&p, p.find_channel("100").unwrap()),
+            p.find_bot("2")
+        );
+    }
+
+    #[test]
+    fn invalid_priority_entries_are_skipped() {
+        let mut p = fleet();
+        let mut rules = Rules::default();
+        // "9" is unknown, "3" is not in channel 200, "discord:1" is another platform.
+        rules.priority.insert(
+            "200".into(),
+            vec![
+                "9".into(),
+                "3".into(),
+                "discord:1".into(),
+                "onebot:2".into(),
+            ],
+        );
+        let r = rules.resolve(&p);
+        let c = p.find_channel("200").unwrap();
+        assert_eq!(r.pinned(&p, c), p.find_bot("2"));
+        p.bot_offline("2");
+        let r = rules.resolve(&p);
+        assert_eq!(
+            r.pinned(&p, c),
+            None,
+            "no valid entry left: balanced normally"
+        );
+        let mut out = Members::new();
+        r.valid_bots(&p, c, &mut out);
+        assert_eq!(out.as_slice(), [p.find_bot("1").unwrap()]);
+    }
+
+    #[test]
+    fn exclusions_take_full_and_short_keys() {
+        let p = fleet();
+        let rules = Rules {
+            exclude: vec!["onebot:100".into(), "200".into(), "discord:300".into()],
+            ..Rules::default()
+        };
+        let r = rules.resolve(&p);
+        assert!(r.is_excluded(p.find_channel("100").unwrap()));
+        assert!(r.is_excluded(p.find_channel("200").unwrap()));
+        let mut out = Members::new();
+        r.valid_bots(&p, p.find_channel("100").unwrap(), &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn empty_enabled_list_means_every_platform() {
+        let mut rules = Rules::default();
+        assert!(rules.platform_enabled("discord"));
+        rules.enabled_platforms = vec!["onebot".into()];
+        assert!(!rules.platform_enabled("discord"));
+        assert!(rules.platform_enabled("onebot"));
+    }
+}

@@ -1,0 +1,393 @@
+//! The bipartite channel ↔ bot index, one per platform.
+//!
+//! It replaces the Koishi plugin's four maps (`allChannels`, `botChannels`, `botAssignCount`,
+//! `activeBots`) with one structure: ids are interned to dense indices once, so the planner works
+//! on integers, and every fleet event costs O(degree) of the bot or channel it touches.
+//!
+//! Memberships of an offline bot are kept (an offline bot is simply not *active*), so when it
+//! returns with a fresh group list only the difference is applied. Every membership or activity
+//! change is also written to a small journal, which lets the planner re-plan incrementally
+//! instead of rebuilding its state from scratch.
+
+use indexmap::IndexSet;
+use rustc_hash::FxBuildHasher;
+use smallvec::SmallVec;
+
+pub use crate::model::{BotIx, ChanIx};
+
+type Interner = IndexSet<Box<str>, FxBuildHasher>;
+
+/// Member bots of one channel; almost every channel has at most four.
+pub type Members = SmallVec<[BotIx; 4]>;
+
+/// All platforms of the fleet.
+#[derive(Default)]
+pub struct FleetIndex {
+    platforms: Vec<PlatformIndex>,
+}
+
+impl FleetIndex {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn platforms(&self) -> &[PlatformIndex] {
+        &self.platforms
+    }
+
+    pub fn platforms_mut(&mut self) -> &mut [PlatformIndex] {
+        &mut self.platforms
+    }
+
+    pub fn platform(&self, name: &str) -> Option<&PlatformIndex> {
+        self.platforms.iter().find(|p| p.name == name)
+    }
+
+    pub fn platform_mut(&mut self, name: &str) -> &mut PlatformIndex {
+        match self.platforms.iter().position(|p| p.name == name) {
+            Some(i) => &mut self.platforms[i],
+            None => {
+                self.platforms.push(PlatformIndex::new(name));
+                self.platforms.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// A bot is online with exactly these channels (its fresh group list).
+    pub fn bot_online<S: AsRef<str>>(&mut self, platform: &str, bot: &str, channels: &[S]) {
+        self.platform_mut(platform).bot_online(bot, channels)
+    }
+
+    pub fn bot_offline(&mut self, platform: &str, bot: &str) {
+        self.platform_mut(platform).bot_offline(bot)
+    }
+
+    pub fn channel_joined(&mut self, platform: &str, bot: &str, channel: &str) {
+        self.platform_mut(platform).channel_joined(bot, channel)
+    }
+
+    pub fn channel_left(&mut self, platform: &str, bot: &str, channel: &str) {
+        self.platform_mut(platform).channel_left(bot, channel)
+    }
+}
+
+/// What changed since the planner last looked: channels whose member set changed and bots
+/// whose online state changed. `overflow` means too much changed to be worth replaying.
+#[derive(Default, Debug, Clone)]
+pub struct Journal {
+    pub channels: Vec<ChanIx>,
+    pub bots: Vec<BotIx>,
+    pub overflow: bool,
+}
+
+impl Journal {
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty() && self.bots.is_empty() && !self.overflow
+    }
+}
+
+/// The index of one platform.
+pub struct PlatformIndex {
+    name: String,
+    bots: Interner,
+    online: Vec<bool>,
+    bot_channels: Vec<Vec<ChanIx>>,
+    channels: Interner,
+    members: Vec<Members>,
+    assignee: Vec<Option<BotIx>>,
+    load: Vec<u32>,
+    assignee_version: u64,
+    journal: Journal,
+}
+
+impl PlatformIndex {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            bots: Interner::default(),
+            online: Vec::new(),
+            bot_channels: Vec::new(),
+            channels: Interner::default(),
+            members: Vec::new(),
+            assignee: Vec::new(),
+            load: Vec::new(),
+            assignee_version: 0,
+            journal: Journal::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn bot_count(&self) -> usize {
+        self.bots.len()
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+
+    pub fn bot_id(&self, bot: BotIx) -> &str {
+        &self.bots[bot as usize]
+    }
+
+    pub fn channel_id(&self, channel: ChanIx) -> &str {
+        &self.channels[channel as usize]
+    }
+
+    pub fn find_bot(&self, id: &str) -> Option<BotIx> {
+        self.bots.get_index_of(id).map(|i| i as BotIx)
+    }
+
+    pub fn find_channel(&self, id: &str) -> Option<ChanIx> {
+        self.channels.get_index_of(id).map(|i| i as ChanIx)
+    }
+
+    pub fn is_online(&self, bot: BotIx) -> bool {
+        self.online[bot as usize]
+    }
+
+    /// Member bots of a channel, online or not, in the order they were first seen.
+    pub fn members(&self, channel: ChanIx) -> &[BotIx] {
+        &self.members[channel as usize]
+    }
+
+    /// Channels a bot is in, online or not.
+    pub fn channels_of(&self, bot: BotIx) -> &[ChanIx] {
+        &self.bot_channels[bot as usize]
+    }
+
+    /// The current (last applied) assignee of a channel.
+    pub fn assignee(&self, channel: ChanIx) -> Option<BotIx> {
+        self.assignee[channel as usize]
+    }
+
+    /// Number of channels currently assigned to a bot.
+    pub fn load(&self, bot: BotIx) -> u32 {
+        self.load[bot as usize]
+    }
+
+    pub fn total_memberships(&self) -> usize {
+        self.members.iter().map(|m| m.len()).sum()
+    }
+
+    /// Interns a bot (offline until told otherwise).
+    pub fn add_bot(&mut self, id: &str) -> BotIx {
+        if let Some(ix) = self.find_bot(id) {
+            return ix;
+        }
+        self.bots.insert(id.into());
+        self.online.push(false);
+        self.bot_channels.push(Vec::new());
+        self.load.push(0);
+        (self.bots.len() - 1) as BotIx
+    }
+
+    /// Interns a channel (no members, unassigned until told otherwise).
+    pub fn add_channel(&mut self, id: &str) -> ChanIx {
+        if let Some(ix) = self.find_channel(id) {
+            return ix;
+        }
+        self.channels.insert(id.into());
+        self.members.push(Members::new());
+        self.assignee.push(None);
+        (self.channels.len() - 1) as ChanIx
+    }
+
+    pub fn set_online(&mut self, bot: BotIx, online: bool) {
+        if self.online[bot as usize] != online {
+            self.online[bot as usize] = online;
+            self.note_bot(bot);
+        }
+    }
+
+    /// Adds a membership; O(channel degree).
+    pub fn join(&mut self, bot: BotIx, channel: ChanIx) -> bool {
+        let members = &mut self.members[channel as usize];
+        if members.contains(&bot) {
+            return false;
+        }
+        members.push(bot);
+        self.bot_channels[bot as usize].push(channel);
+        self.note_channel(channel);
+        true
+    }
+
+    /// Removes a membership; O(bot degree + channel degree).
+    pub fn leave(&mut self, bot: BotIx, channel: ChanIx) -> bool {
+        let members = &mut self.members[channel as usize];
+        let Some(pos) = members.iter().position(|&b| b == bot) else {
+            return false;
+        };
+        members.remove(pos);
+        let list = &mut self.bot_channels[bot as usize];
+        if let Some(pos) = list.iter().position(|&c| c == channel) {
+            list.swap_remove(pos);
+        }
+        self.note_channel(channel);
+        true
+    }
+
+    pub fn bot_online<S: AsRef<str>>(&mut self, bot: &str, channels: &[S]) {
+        let bot = self.add_bot(bot);
+        let mut fresh: Vec<ChanIx> = channels
+            .iter()
+            .map(|c| self.add_channel(c.as_ref()))
+            .collect();
+        fresh.sort_unstable();
+        fresh.dedup();
+        let mut old = self.bot_channels[bot as usize].clone();
+        old.sort_unstable();
+        for &c in &old {
+            if fresh.binary_search(&c).is_err() {
+                self.leave(bot, c);
+            }
+        }
+        for &c in &fresh {
+            if old.binary_search(&c).is_err() {
+                self.join(bot, c);
+            }
+        }
+        self.set_online(bot, true);
+    }
+
+    pub fn bot_offline(&mut self, bot: &str) {
+        let bot = self.add_bot(bot);
+        self.set_online(bot, false);
+    }
+
+    pub fn channel_joined(&mut self, bot: &str, channel: &str) {
+        let bot = self.add_bot(bot);
+        let channel = self.add_channel(channel);
+        self.join(bot, channel);
+    }
+
+    pub fn channel_left(&mut self, bot: &str, channel: &str) {
+        if let (Some(bot), Some(channel)) = (self.find_bot(bot), self.find_channel(channel)) {
+            self.leave(bot, channel);
+        }
+    }
+
+    /// Records the assignee a plan chose (or the stored one at start-up), keeping loads exact.
+    pub fn set_assignee(&mut self, channel: ChanIx, bot: Option<BotIx>) {
+        let slot = &mut self.assignee[channel as usize];
+        if let Some(old) = *slot {
+            self.load[old as usize] -= 1;
+        }
+        if let Some(new) = bot {
+            self.load[new as usize] += 1;
+        }
+        *slot = bot;
+        self.assignee_version += 1;
+    }
+
+    /// Bumped by every [`PlatformIndex::set_assignee`]; lets a planner notice assignments it
+    /// did not make.
+    pub fn assignee_version(&self) -> u64 {
+        self.assignee_version
+    }
+
+    /// Hands the journal to the planner and starts a new one.
+    pub fn take_journal(&mut self) -> Journal {
+        std::mem::take(&mut self.journal)
+    }
+
+    fn note_channel(&mut self, channel: ChanIx) {
+        if !self.journal.overflow {
+            self.journal.channels.push(channel);
+            self.check_journal();
+        }
+    }
+
+    fn note_bot(&mut self, bot: BotIx) {
+        if !self.journal.overflow {
+            self.journal.bots.push(bot);
+            // An activity change touches every channel of the bot.
+            let channels = &self.bot_channels[bot as usize];
+            self.journal.channels.extend_from_slice(channels);
+            self.check_journal();
+        }
+    }
+
+    /// Past this size a replay costs about as much as a rebuild: stop recording.
+    fn check_journal(&mut self) {
+        if self.journal.channels.len() > 4096 + self.channels.len() / 2 {
+            self.journal = Journal {
+                overflow: true,
+                ..Journal::default()
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn online_with_a_fresh_list_applies_only_the_difference() {
+        let mut p = PlatformIndex::new("onebot");
+        p.bot_online("1", &["a", "b", "c"]);
+        p.take_journal();
+        p.bot_online("1", &["b", "c", "d"]);
+        let bot = p.find_bot("1").unwrap();
+        let mut names: Vec<&str> = p
+            .channels_of(bot)
+            .iter()
+            .map(|&c| p.channel_id(c))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["b", "c", "d"]);
+        let a = p.find_channel("a").unwrap();
+        assert!(p.members(a).is_empty());
+        let journal = p.take_journal();
+        let touched: Vec<&str> = journal.channels.iter().map(|&c| p.channel_id(c)).collect();
+        assert_eq!(
+            touched,
+            ["a", "d"],
+            "only changed memberships are journaled"
+        );
+    }
+
+    #[test]
+    fn offline_keeps_memberships_and_journals_every_channel() {
+        let mut p = PlatformIndex::new("onebot");
+        p.bot_online("1", &["a", "b"]);
+        p.take_journal();
+        p.bot_offline("1");
+        let bot = p.find_bot("1").unwrap();
+        assert!(!p.is_online(bot));
+        assert_eq!(p.channels_of(bot).len(), 2);
+        let journal = p.take_journal();
+        assert_eq!(journal.bots, [bot]);
+        assert_eq!(journal.channels.len(), 2);
+    }
+
+    #[test]
+    fn assignee_changes_keep_loads_exact() {
+        let mut p = PlatformIndex::new("onebot");
+        p.bot_online("1", &["a", "b"]);
+        p.bot_online("2", &["a"]);
+        let (b1, b2) = (p.find_bot("1").unwrap(), p.find_bot("2").unwrap());
+        let a = p.find_channel("a").unwrap();
+        p.set_assignee(a, Some(b1));
+        p.set_assignee(a, Some(b2));
+        assert_eq!((p.load(b1), p.load(b2)), (0, 1));
+        p.set_assignee(a, None);
+        assert_eq!(p.load(b2), 0);
+    }
+
+    #[test]
+    fn joins_and_leaves_are_idempotent() {
+        let mut p = PlatformIndex::new("onebot");
+        p.channel_joined("1", "a");
+        p.channel_joined("1", "a");
+        let a = p.find_channel("a").unwrap();
+        assert_eq!(p.members(a).len(), 1);
+        p.channel_left("1", "a");
+        p.channel_left("1", "a");
+        p.channel_left("9", "zz");
+        assert!(p.members(a).is_empty());
+    }
+}

@@ -1,0 +1,123 @@
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use auto_assign::balance::{self, Plan, Strategy};
+use auto_assign::index::FleetIndex;
+use auto_assign::{bench, snapshot};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Assigns every chat channel to exactly one bot of a fleet"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plans once from a fleet snapshot and prints the assignment.
+    Plan {
+        /// Fleet snapshot (JSON; format in the README).
+        #[arg(long)]
+        input: PathBuf,
+        #[arg(long, value_enum, default_value_t = Strategy::Optimal)]
+        strategy: Strategy,
+        /// Where to write the assignment JSON (default: stdout).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Measures both strategies on seeded synthetic fleets (build with --release).
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Plan {
+            input,
+            strategy,
+            output,
+        } => run_plan(&input, strategy, output.as_deref()),
+        Command::Bench(args) => {
+            bench::run(&args);
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn run_plan(
+    input: &std::path::Path,
+    strategy: Strategy,
+    output: Option<&std::path::Path>,
+) -> ExitCode {
+    let snapshot = match File::open(input)
+        .map_err(|e| e.to_string())
+        .and_then(|f| snapshot::read(f).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}: {e}", input.display());
+            return ExitCode::from(2);
+        }
+    };
+    for w in &snapshot.warnings {
+        eprintln!("warning: {}: {w}", input.display());
+    }
+    let plan = balance::plan(&snapshot.index, &snapshot.rules, strategy);
+    for p in &plan.platforms {
+        let index = snapshot
+            .index
+            .platform(&p.platform)
+            .expect("planned platform");
+        eprintln!("{}", p.summary(index));
+    }
+    let written = match output {
+        Some(path) => File::create(path)
+            .and_then(|f| write_assignment(BufWriter::new(f), &snapshot.index, &plan)),
+        None => write_assignment(BufWriter::new(io::stdout().lock()), &snapshot.index, &plan),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: writing the assignment: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `{ "platform:channel": "platform:bot", ... }` for every assigned, non-excluded channel, in
+/// snapshot order; the same form as a snapshot's `previous`, so a plan can feed the next one.
+fn write_assignment(mut out: impl Write, index: &FleetIndex, plan: &Plan) -> io::Result<()> {
+    out.write_all(b"{")?;
+    let mut first = true;
+    for p in &plan.platforms {
+        let pidx = index.platform(&p.platform).expect("planned platform");
+        for (c, bot) in p.assignee.iter().enumerate() {
+            let Some(bot) = bot else { continue };
+            if p.is_excluded(c as u32) {
+                continue;
+            }
+            out.write_all(if first { b"\n  " } else { b",\n  " })?;
+            first = false;
+            let key = format!("{}:{}", p.platform, pidx.channel_id(c as u32));
+            let value = format!("{}:{}", p.platform, pidx.bot_id(*bot));
+            serde_json::to_writer(&mut out, &key)?;
+            out.write_all(b": ")?;
+            serde_json::to_writer(&mut out, &value)?;
+        }
+    }
+    out.write_all(if first { b"}\n" } else { b"\n}\n" })?;
+    out.flush()
+}
