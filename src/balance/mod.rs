@@ -204,7 +204,11 @@ impl Planner {
                 Strategy::Greedy => greedy::assign(p, &resolved),
                 Strategy::Optimal => self.optimal(p, &resolved, &journal),
             };
+            let t0 = std::time::Instant::now();
             let plan = finish(p, &resolved, assignee);
+            if std::env::var("AA_DEBUG").is_ok() {
+                eprintln!("finish {:?}", t0.elapsed());
+            }
             for &(c, bot) in &plan.changes {
                 p.set_assignee(c, bot);
             }

@@ -1,6 +1,215 @@
-//! Benchmark: seeded synthetic fleets, both strategies, incremental re-plans.
+//! `auto-assign bench`: both strategies on seeded synthetic fleets, plus the optimal planner's
+//! incremental re-plans when one mid-sized bot goes offline and comes back.
+//!
+//! Times are wall-clock for the whole planner call (rule resolution, solving, statistics).
+//! Peak RSS is the process's high-water mark during the call (reset through
+//! `/proc/self/clear_refs` before it), so it includes the fleet index itself.
+
+pub mod fleets;
+
+use std::time::{Duration, Instant};
+
+use crate::balance::{self, Plan, Planner, Strategy};
+use crate::index::BotIx;
+use fleets::{Fleet, PLATFORM};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Skip the million-channel fleets.
+    #[arg(long)]
+    pub quick: bool,
+    /// Seed of the fleet generator.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Only fleets whose name contains this.
+    #[arg(long)]
+    pub only: Option<String>,
+}
 
-pub fn run(_args: &Args) {}
+pub fn run(args: &Args) {
+    if cfg!(debug_assertions) {
+        println!("note: debug build; run `cargo run --release -- bench` for meaningful times");
+    }
+    for (name, make) in fleets::all(!args.quick) {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|o| !name.contains(o.as_str()))
+        {
+            continue;
+        }
+        let started = Instant::now();
+        let fleet = make(args.seed);
+        let generated = started.elapsed();
+        bench_fleet(fleet, generated);
+    }
+}
+
+struct Measured<T> {
+    value: T,
+    time: Duration,
+    peak_mb: Option<f64>,
+}
+
+fn measure<T>(f: impl FnOnce() -> T) -> Measured<T> {
+    reset_peak_rss();
+    let started = Instant::now();
+    let value = f();
+    let time = started.elapsed();
+    Measured {
+        value,
+        time,
+        peak_mb: peak_rss_mb(),
+    }
+}
+
+fn bench_fleet(mut fleet: Fleet, generated: Duration) {
+    let p = fleet.index.platform(PLATFORM).expect("fleet platform");
+    let online = (0..p.bot_count() as BotIx)
+        .filter(|&b| p.is_online(b))
+        .count();
+    println!(
+        "\nfleet {}: {} bots ({} online), {} channels, {} memberships (generated in {})",
+        fleet.name,
+        p.bot_count(),
+        online,
+        p.channel_count(),
+        p.total_memberships(),
+        ms(generated)
+    );
+    println!(
+        "  {:<10} {:>11} {:>10} {:>16} {:>10} {:>8}",
+        "strategy", "time", "peak RSS", "Σ load²", "stddev", "max"
+    );
+    let greedy = measure(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Greedy));
+    print_row("greedy", &greedy);
+    let optimal = measure(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
+    print_row("optimal", &optimal);
+    let (g, o) = (stats(&greedy.value), stats(&optimal.value));
+    println!(
+        "  optimal/greedy: time {:.2}×, Σ load² {:.4}×, max load {:.3}×",
+        ratio(optimal.time, greedy.time),
+        o.sum_sq as f64 / g.sum_sq.max(1) as f64,
+        o.max as f64 / g.max.max(1) as f64,
+    );
+    let full = optimal.time;
+    drop((greedy, optimal));
+
+    // Incremental re-plans: prime the remembering planner with a full plan.
+    let mut planner = Planner::new(Strategy::Optimal);
+    let primed = planner.plan(&mut fleet.index, &fleet.rules);
+    let Some(bot) = mid_sized_bot(&primed) else {
+        return;
+    };
+    let p = fleet.index.platform(PLATFORM).expect("fleet platform");
+    let bot_name = p.bot_id(bot).to_owned();
+    let channels: Vec<String> = p
+        .channels_of(bot)
+        .iter()
+        .map(|&c| p.channel_id(c).to_owned())
+        .collect();
+    let load = p.load(bot);
+
+    fleet.index.bot_offline(PLATFORM, &bot_name);
+    replan(
+        &mut fleet,
+        &mut planner,
+        &format!("bot {bot_name} (load {load}) offline"),
+        full,
+    );
+    fleet.index.bot_online(PLATFORM, &bot_name, &channels);
+    replan(
+        &mut fleet,
+        &mut planner,
+        &format!("bot {bot_name} back online"),
+        full,
+    );
+}
+
+/// Times an incremental re-plan and checks its moves against a from-scratch plan of the same
+/// state, whose move count is the exact minimum.
+fn replan(fleet: &mut Fleet, planner: &mut Planner, what: &str, full: Duration) {
+    let exact = balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal);
+    let incremental = measure(|| planner.plan(&mut fleet.index, &fleet.rules));
+    let (e, i) = (
+        exact.platform(PLATFORM).expect("planned"),
+        incremental.value.platform(PLATFORM).expect("planned"),
+    );
+    println!(
+        "  incremental, {what}: {} ({:.2}% of a full optimal plan), peak RSS {}, moved {} = {} forced + {} voluntary; \
+         from-scratch minimum {} voluntary{}; Σ load² {} ({})",
+        ms(incremental.time),
+        100.0 * ratio(incremental.time, full),
+        mb(incremental.peak_mb),
+        i.forced + i.voluntary,
+        i.forced,
+        i.voluntary,
+        e.voluntary,
+        if e.voluntary == i.voluntary && e.forced == i.forced {
+            " ✓"
+        } else {
+            " ✗ MISMATCH"
+        },
+        i.stats.sum_sq,
+        if i.stats.sum_sq == e.stats.sum_sq {
+            "optimal ✓"
+        } else {
+            "✗ MISMATCH"
+        },
+    );
+}
+
+/// The bot with the median load among bots that have channels.
+fn mid_sized_bot(plan: &Plan) -> Option<BotIx> {
+    let mut loaded: Vec<(u32, BotIx)> = plan
+        .platform(PLATFORM)?
+        .stats
+        .loads
+        .iter()
+        .filter(|&&(_, l)| l > 0)
+        .map(|&(b, l)| (l, b))
+        .collect();
+    loaded.sort_unstable();
+    loaded.get(loaded.len() / 2).map(|&(_, b)| b)
+}
+
+fn stats(plan: &Plan) -> &balance::LoadStats {
+    &plan.platform(PLATFORM).expect("planned").stats
+}
+
+fn print_row(name: &str, m: &Measured<Plan>) {
+    let s = stats(&m.value);
+    println!(
+        "  {:<10} {:>11} {:>10} {:>16} {:>10.2} {:>8}",
+        name,
+        ms(m.time),
+        mb(m.peak_mb),
+        s.sum_sq,
+        s.stddev,
+        s.max
+    );
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn mb(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0} MB"))
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
+/// Resets the kernel's peak-RSS counter for this process (Linux ≥ 4.0).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}

@@ -49,6 +49,7 @@ pub(crate) struct Exchange {
     slots: Slots,
     heads: Vec<[u32; 3]>,
     nbrs: Vec<Vec<u32>>,
+    rnbrs: Vec<Vec<u32>>,
     load: Vec<u32>,
     // per channel
     at: Vec<u32>,
@@ -83,6 +84,7 @@ impl Exchange {
             slots,
             heads,
             nbrs: vec![Vec::new(); width],
+            rnbrs: vec![Vec::new(); width],
             load: vec![0; width],
             at: vec![NIL; channels],
             home: vec![NIL; channels],
@@ -141,6 +143,11 @@ impl Exchange {
     /// Nodes `x` for which some arc `a → x` may exist (a superset, never shrinks).
     pub(crate) fn nbrs(&self, a: u32) -> &[u32] {
         &self.nbrs[a as usize]
+    }
+
+    /// Nodes `a` for which some arc `a → x` may exist (a superset, never shrinks).
+    pub(crate) fn rnbrs(&self, x: u32) -> &[u32] {
+        &self.rnbrs[x as usize]
     }
 
     pub(crate) fn members(&self, channel: u32) -> Members<'_> {
@@ -338,6 +345,7 @@ impl Exchange {
                 if seen[word] & bit == 0 {
                     seen[word] |= bit;
                     self.nbrs[a as usize].push(x);
+                    self.rnbrs[x as usize].push(a);
                 }
                 s as u32
             }
@@ -347,6 +355,7 @@ impl Exchange {
                 if s == next {
                     self.heads.push([NIL; 3]);
                     self.nbrs[a as usize].push(x);
+                    self.rnbrs[x as usize].push(a);
                 }
                 s
             }

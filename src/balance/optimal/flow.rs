@@ -8,16 +8,17 @@
 //!
 //! The state is a *pseudoflow*: a bot may hold more or fewer channels than it sends to `T`, and
 //! [`SOURCE`] holds channels not placed yet. Dual prices ("potentials") keep every residual arc
-//! at a non-negative reduced cost; successive shortest paths (Dijkstra on reduced costs, then
-//! blocking flows on the zero-reduced-cost arcs) remove the imbalances while keeping that
-//! invariant, so the balanced result is optimal. Because the invariant survives between plans,
-//! a later plan only has to route what changed.
+//! at a non-negative reduced cost; successive shortest paths remove the imbalances while
+//! keeping that invariant, so the balanced result is optimal. Each phase is one Dijkstra that
+//! stops at the nearest imbalance of the other sign: forward from a bot with excess, or, when
+//! the sink itself has excess (its arcs reach every bot), backward from a bot with a deficit.
+//! Because the invariant survives between plans, a later plan only routes what changed.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::{Add, Sub};
 
-use super::exchange::{Exchange, Kind, NIL, SOURCE};
+use super::exchange::{Exchange, Kind, SOURCE};
 
 /// A lexicographic cost: Σ load² first, moved channels second.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,15 +59,31 @@ impl Sub for Cost {
     }
 }
 
-/// One residual arc as the searches see it.
+/// What crossing a residual arc does.
 #[derive(Clone, Copy, Debug)]
-enum Arc {
-    /// Move a channel of this kind to node `to`.
-    Move { to: u32, kind: Kind },
-    /// Bot sends one more unit to T.
+enum Op {
+    /// Move a channel of this kind along the arc.
+    Move(Kind),
+    /// The bot sends one more unit to T.
     ToSink,
-    /// T takes one unit back from bot `to`.
-    FromSink { to: u32 },
+    /// T takes one unit back from the bot.
+    FromSink,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    from: u32,
+    to: u32,
+    op: Op,
+    cost: Cost,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    /// From an excess towards a deficit, along arcs.
+    Forward,
+    /// From a deficit back towards an excess, against arcs.
+    Backward,
 }
 
 /// Flow state kept next to the exchange graph.
@@ -105,8 +122,16 @@ impl Flow {
         }
     }
 
-    fn reduced(&self, from: u32, to: u32, cost: Cost) -> Cost {
-        cost + self.node_pot(from) - self.node_pot(to)
+    fn add_pot(&mut self, v: u32, delta: Cost) {
+        if v == self.sink() {
+            self.sink_pot = self.sink_pot + delta;
+        } else {
+            self.pot[v as usize] = self.pot[v as usize] + delta;
+        }
+    }
+
+    fn reduced(&self, step: &Step) -> Cost {
+        step.cost + self.node_pot(step.from) - self.node_pot(step.to)
     }
 
     fn imbalance(&self, ex: &Exchange, v: u32) -> i64 {
@@ -117,49 +142,100 @@ impl Flow {
         }
     }
 
-    /// Number of arc positions out of `v` (some may be absent); see [`Flow::arc_at`].
-    fn arc_positions(&self, ex: &Exchange, v: u32) -> usize {
+    fn to_sink(&self, b: u32) -> Option<Step> {
+        self.active[b as usize].then(|| Step {
+            from: b,
+            to: self.sink(),
+            op: Op::ToSink,
+            cost: Cost::load(2 * self.f[b as usize] + 1),
+        })
+    }
+
+    fn from_sink(&self, b: u32) -> Option<Step> {
+        let f = self.f[b as usize];
+        (self.active[b as usize] && f > 0).then(|| Step {
+            from: self.sink(),
+            to: b,
+            op: Op::FromSink,
+            cost: Cost::load(-(2 * f - 1)),
+        })
+    }
+
+    fn move_step(ex: &Exchange, from: u32, to: u32, kind: Kind) -> Option<Step> {
+        ex.has_arc(from, to, kind).then_some(Step {
+            from,
+            to,
+            op: Op::Move(kind),
+            cost: Cost::moves(kind.cost()),
+        })
+    }
+
+    /// Number of step positions at `v` in direction `dir`; see [`Flow::step`].
+    fn steps(&self, ex: &Exchange, v: u32, dir: Dir) -> usize {
         if v == self.sink() {
             self.f.len()
-        } else {
+        } else if dir == Dir::Forward {
             ex.nbrs(v).len() * 3 + 1
+        } else {
+            ex.rnbrs(v).len() * 3 + 1
         }
     }
 
-    /// The residual arc at position `i` out of `v` with its cost, if it exists.
-    fn arc_at(&self, ex: &Exchange, v: u32, i: usize) -> Option<(Arc, Cost)> {
-        if v == self.sink() {
-            let b = i as u32;
-            let f = self.f[i];
-            return (self.active[i] && f > 0)
-                .then(|| (Arc::FromSink { to: b }, Cost::load(-(2 * f - 1))));
-        }
-        let nbrs = ex.nbrs(v);
-        if i < nbrs.len() * 3 {
-            let (to, kind) = (nbrs[i / 3], Kind::ALL[i % 3]);
-            return ex
-                .has_arc(v, to, kind)
-                .then(|| (Arc::Move { to, kind }, Cost::moves(kind.cost())));
-        }
-        self.active[v as usize].then(|| (Arc::ToSink, Cost::load(2 * self.f[v as usize] + 1)))
-    }
-
-    fn arc_target(&self, arc: Arc) -> u32 {
-        match arc {
-            Arc::Move { to, .. } | Arc::FromSink { to } => to,
-            Arc::ToSink => self.sink(),
+    /// The residual arc at position `i` out of (forward) or into (backward) `v`, if it exists.
+    /// A bot's arc to or from the sink comes first: it is the usual way out.
+    fn step(&self, ex: &Exchange, v: u32, i: usize, dir: Dir) -> Option<Step> {
+        match dir {
+            Dir::Forward if v == self.sink() => self.from_sink(i as u32),
+            Dir::Backward if v == self.sink() => self.to_sink(i as u32),
+            Dir::Forward if i == 0 => self.to_sink(v),
+            Dir::Backward if i == 0 => self.from_sink(v),
+            Dir::Forward => {
+                let x = ex.nbrs(v)[(i - 1) / 3];
+                Self::move_step(ex, v, x, Kind::ALL[(i - 1) % 3])
+            }
+            Dir::Backward => {
+                let a = ex.rnbrs(v)[(i - 1) / 3];
+                Self::move_step(ex, a, v, Kind::ALL[(i - 1) % 3])
+            }
         }
     }
 
-    /// Raises the source's price so its arcs have non-negative reduced cost; the source only
-    /// ever sends, so any such price is valid.
-    fn price_source(&mut self, ex: &Exchange) {
-        let best = (0..self.arc_positions(ex, SOURCE))
-            .filter_map(|i| self.arc_at(ex, SOURCE, i))
-            .map(|(arc, cost)| self.node_pot(self.arc_target(arc)) - cost)
-            .max();
-        if let Some(best) = best {
-            self.pot[SOURCE as usize] = best;
+    fn apply(&mut self, ex: &mut Exchange, step: &Step) {
+        match step.op {
+            Op::Move(kind) => {
+                let channel = ex
+                    .channel_on_arc(step.from, step.to, kind)
+                    .expect("admissible arc");
+                ex.move_to(channel, step.to);
+            }
+            Op::ToSink => {
+                self.f[step.from as usize] += 1;
+                self.sum_f += 1;
+            }
+            Op::FromSink => {
+                self.f[step.to as usize] -= 1;
+                self.sum_f -= 1;
+            }
+        }
+    }
+
+    /// Moves every channel waiting on the source along its cheapest arc (highest price net of
+    /// the move cost), so every arc the channel then offers stays non-negative.
+    fn place_waiting(&mut self, ex: &mut Exchange) {
+        while ex.load(SOURCE) > 0 {
+            let channel = ex
+                .nbrs(SOURCE)
+                .iter()
+                .find_map(|&x| ex.any_channel_on_arc(SOURCE, x))
+                .expect("a waiting channel has a member");
+            let best = ex
+                .members(channel)
+                .max_by_key(|&m| {
+                    let cost = Cost::moves(ex.kind_of(channel, SOURCE, m).cost());
+                    (self.pot[m as usize] - cost, std::cmp::Reverse(m))
+                })
+                .expect("a waiting channel has a member");
+            ex.move_to(channel, best);
         }
     }
 
@@ -167,184 +243,208 @@ impl Flow {
     /// the caller rules out (every channel in the graph has a member that can absorb it).
     pub(crate) fn settle(&mut self, ex: &mut Exchange) {
         self.sum_f = self.f.iter().sum();
+        self.place_waiting(ex);
         let nodes = self.f.len() + 1;
         let mut search = Search::new(nodes);
-        loop {
-            let excess: Vec<u32> = (0..nodes as u32)
-                .filter(|&v| self.imbalance(ex, v) > 0)
-                .collect();
-            if excess.is_empty() {
-                return;
-            }
-            self.price_source(ex);
-            let reach = search.dijkstra(self, ex, &excess);
-            let reach = reach.expect("every unplaced channel has a bot that can take it");
-            for v in 0..nodes as u32 {
-                let d = search.dist[v as usize].map_or(reach, |d| d.min(reach));
-                if v == self.sink() {
-                    self.sink_pot = self.sink_pot + d;
-                } else {
-                    self.pot[v as usize] = self.pot[v as usize] + d;
-                }
-            }
-            while search.layer(self, ex, &excess) {
-                for &s in &excess {
-                    while self.imbalance(ex, s) > 0 && search.augment(self, ex, s) {}
-                }
+        let bots = (0..self.f.len() as u32).filter(|&v| v != SOURCE);
+        let excess: Vec<u32> = bots
+            .clone()
+            .filter(|&v| self.imbalance(ex, v) > 0)
+            .collect();
+        let deficit: Vec<u32> = bots.filter(|&v| self.imbalance(ex, v) < 0).collect();
+        for s in excess {
+            while self.imbalance(ex, s) > 0 {
+                self.phase(ex, &mut search, s, Dir::Forward);
             }
         }
+        for t in deficit {
+            while self.imbalance(ex, t) < 0 {
+                self.phase(ex, &mut search, t, Dir::Backward);
+            }
+        }
+        debug_assert_eq!(self.imbalance(ex, self.sink()), 0);
+    }
+
+    /// One shortest-path phase from `start`, then as many pushes along zero-reduced-cost paths
+    /// inside the searched region as `start` needs.
+    fn phase(&mut self, ex: &mut Exchange, search: &mut Search, start: u32, dir: Dir) {
+        let reach = search
+            .dijkstra(self, ex, start, dir)
+            .expect("every channel has a bot that can take it");
+        // π += min(d, D) forward (π −= min(d, D) backward), less a constant: only settled
+        // nodes change.
+        for i in 0..search.settled.len() {
+            let v = search.settled[i];
+            let d = search.dist[v as usize].expect("settled");
+            let delta = if dir == Dir::Forward {
+                d - reach
+            } else {
+                reach - d
+            };
+            self.add_pot(v, delta);
+        }
+        let needs = |flow: &Flow, ex: &Exchange| match dir {
+            Dir::Forward => flow.imbalance(ex, start) > 0,
+            Dir::Backward => flow.imbalance(ex, start) < 0,
+        };
+        while needs(self, ex) && search.augment(self, ex, start, dir) {}
     }
 }
 
+/// Scratch space of the searches, reset through the lists of touched nodes.
 struct Search {
     dist: Vec<Option<Cost>>,
-    hops: Vec<u32>,
+    touched: Vec<u32>,
+    settled: Vec<u32>,
+    region: Vec<bool>,
+    dead: Vec<bool>,
+    on_path: Vec<bool>,
     cursor: Vec<usize>,
-    queue: Vec<u32>,
-    path: Vec<(u32, Arc)>,
+    path: Vec<Step>,
 }
 
 impl Search {
     fn new(nodes: usize) -> Self {
         Self {
             dist: vec![None; nodes],
-            hops: vec![NIL; nodes],
+            touched: Vec::new(),
+            settled: Vec::new(),
+            region: vec![false; nodes],
+            dead: vec![false; nodes],
+            on_path: vec![false; nodes],
             cursor: vec![0; nodes],
-            queue: Vec::new(),
             path: Vec::new(),
         }
     }
 
-    /// Reduced distances from the excess nodes; returns the distance to the nearest deficit.
-    fn dijkstra(&mut self, flow: &Flow, ex: &Exchange, sources: &[u32]) -> Option<Cost> {
-        self.dist.fill(None);
-        let mut settled = vec![false; self.dist.len()];
-        let mut heap = BinaryHeap::new();
-        for &s in sources {
-            self.dist[s as usize] = Some(Cost::ZERO);
-            heap.push(Reverse((Cost::ZERO, s)));
+    fn reset(&mut self) {
+        for &v in &self.touched {
+            self.dist[v as usize] = None;
         }
-        while let Some(Reverse((d, v))) = heap.pop() {
-            if settled[v as usize] {
+        for &v in &self.settled {
+            let v = v as usize;
+            self.region[v] = false;
+            self.dead[v] = false;
+            self.cursor[v] = 0;
+        }
+        self.touched.clear();
+        self.settled.clear();
+    }
+
+    /// The node at the far end of a step in the search direction.
+    fn far(step: &Step, dir: Dir) -> u32 {
+        match dir {
+            Dir::Forward => step.to,
+            Dir::Backward => step.from,
+        }
+    }
+
+    /// Whether `v` ends a search that started from an imbalance in direction `dir`.
+    fn is_end(flow: &Flow, ex: &Exchange, v: u32, dir: Dir) -> bool {
+        match dir {
+            Dir::Forward => flow.imbalance(ex, v) < 0,
+            Dir::Backward => flow.imbalance(ex, v) > 0,
+        }
+    }
+
+    /// Reduced distances from `start` until the nearest imbalance of the other sign is settled;
+    /// returns its distance. Settled nodes form the region the pushes of this phase stay in.
+    fn dijkstra(&mut self, flow: &Flow, ex: &Exchange, start: u32, dir: Dir) -> Option<Cost> {
+        self.reset();
+        let mut heap = BinaryHeap::new();
+        self.dist[start as usize] = Some(Cost::ZERO);
+        self.touched.push(start);
+        heap.push(Reverse((Cost::ZERO, true, start)));
+        while let Some(Reverse((d, not_end, v))) = heap.pop() {
+            if self.region[v as usize] || self.dist[v as usize] != Some(d) {
                 continue;
             }
-            settled[v as usize] = true;
-            if flow.imbalance(ex, v) < 0 {
+            self.region[v as usize] = true;
+            self.settled.push(v);
+            if !not_end {
                 return Some(d);
             }
-            for i in 0..flow.arc_positions(ex, v) {
-                let Some((arc, cost)) = flow.arc_at(ex, v, i) else {
+            for i in 0..flow.steps(ex, v, dir) {
+                let Some(step) = flow.step(ex, v, i, dir) else {
                     continue;
                 };
-                let to = flow.arc_target(arc);
-                let r = flow.reduced(v, to, cost);
-                debug_assert!(r >= Cost::ZERO, "negative reduced cost {r:?} on {v}->{to}");
-                let nd = d + r;
-                if !settled[to as usize] && self.dist[to as usize].is_none_or(|old| nd < old) {
+                let r = flow.reduced(&step);
+                debug_assert!(r >= Cost::ZERO, "negative reduced cost {r:?} on {step:?}");
+                let (to, nd) = (Self::far(&step, dir), d + r);
+                if !self.region[to as usize] && self.dist[to as usize].is_none_or(|old| nd < old) {
+                    if self.dist[to as usize].is_none() {
+                        self.touched.push(to);
+                    }
                     self.dist[to as usize] = Some(nd);
-                    heap.push(Reverse((nd, to)));
+                    heap.push(Reverse((nd, !Self::is_end(flow, ex, to, dir), to)));
                 }
             }
         }
         None
     }
 
-    fn admissible(flow: &Flow, v: u32, arc: Arc, cost: Cost) -> bool {
-        flow.reduced(v, flow.arc_target(arc), cost) == Cost::ZERO
-    }
-
-    /// Hop layers over zero-reduced-cost arcs; true if some deficit is reachable.
-    fn layer(&mut self, flow: &Flow, ex: &Exchange, sources: &[u32]) -> bool {
-        self.hops.fill(NIL);
-        self.queue.clear();
-        for &s in sources {
-            if flow.imbalance(ex, s) > 0 {
-                self.hops[s as usize] = 0;
-                self.queue.push(s);
-            }
-        }
-        let mut reached = false;
-        let mut head = 0;
-        while head < self.queue.len() {
-            let v = self.queue[head];
-            head += 1;
-            if flow.imbalance(ex, v) < 0 {
-                reached = true;
-                continue;
-            }
-            let next = self.hops[v as usize] + 1;
-            for i in 0..flow.arc_positions(ex, v) {
-                let Some((arc, cost)) = flow.arc_at(ex, v, i) else {
-                    continue;
-                };
-                let to = flow.arc_target(arc);
-                if self.hops[to as usize] == NIL && Self::admissible(flow, v, arc, cost) {
-                    self.hops[to as usize] = next;
-                    self.queue.push(to);
-                }
-            }
-        }
-        self.cursor.fill(0);
-        reached
-    }
-
-    /// Finds one layered admissible path from `s` to a deficit and pushes a unit along it.
-    fn augment(&mut self, flow: &mut Flow, ex: &mut Exchange, s: u32) -> bool {
+    /// Finds a zero-reduced-cost path from `start` to an imbalance of the other sign inside the
+    /// settled region and pushes one unit along it.
+    fn augment(&mut self, flow: &mut Flow, ex: &mut Exchange, start: u32, dir: Dir) -> bool {
         self.path.clear();
-        let mut v = s;
-        loop {
-            if v != s && flow.imbalance(ex, v) < 0 {
-                break;
+        let mut v = start;
+        self.on_path[start as usize] = true;
+        let found = loop {
+            if v != start && Self::is_end(flow, ex, v, dir) {
+                break true;
             }
-            match self.next_arc(flow, ex, v) {
-                Some(arc) => {
-                    self.path.push((v, arc));
-                    v = flow.arc_target(arc);
+            match self.next_step(flow, ex, v, dir) {
+                Some(step) => {
+                    self.path.push(step);
+                    v = Self::far(&step, dir);
+                    self.on_path[v as usize] = true;
                 }
                 None => {
-                    self.hops[v as usize] = NIL;
+                    self.dead[v as usize] = true;
+                    self.on_path[v as usize] = false;
                     match self.path.pop() {
-                        Some((parent, _)) => {
-                            self.cursor[parent as usize] += 1;
-                            v = parent;
+                        Some(step) => {
+                            v = match dir {
+                                Dir::Forward => step.from,
+                                Dir::Backward => step.to,
+                            };
+                            self.cursor[v as usize] += 1;
                         }
-                        None => return false,
+                        None => break false,
                     }
                 }
             }
+        };
+        for step in &self.path {
+            self.on_path[step.from as usize] = false;
+            self.on_path[step.to as usize] = false;
         }
-        for &(from, arc) in &self.path {
-            match arc {
-                Arc::Move { to, kind } => {
-                    let channel = ex.channel_on_arc(from, to, kind).expect("admissible arc");
-                    ex.move_to(channel, to);
-                }
-                Arc::ToSink => {
-                    flow.f[from as usize] += 1;
-                    flow.sum_f += 1;
-                }
-                Arc::FromSink { to } => {
-                    flow.f[to as usize] -= 1;
-                    flow.sum_f -= 1;
-                }
-            }
+        self.on_path[start as usize] = false;
+        if !found {
+            return false;
+        }
+        for step in &self.path {
+            flow.apply(ex, step);
         }
         true
     }
 
-    /// The arc at `v`'s cursor (advancing past unusable ones) that continues a layered path.
-    fn next_arc(&mut self, flow: &Flow, ex: &Exchange, v: u32) -> Option<Arc> {
-        let next = self.hops[v as usize].wrapping_add(1);
-        let positions = flow.arc_positions(ex, v);
-        let cursor = &mut self.cursor[v as usize];
-        while *cursor < positions {
-            if let Some((arc, cost)) = flow.arc_at(ex, v, *cursor) {
-                let to = flow.arc_target(arc);
-                if self.hops[to as usize] == next && Self::admissible(flow, v, arc, cost) {
-                    return Some(arc);
+    /// The step at `v`'s cursor (advancing past unusable ones) that continues a path: zero
+    /// reduced cost, into the region, not back onto the path, not into a dead end.
+    fn next_step(&mut self, flow: &Flow, ex: &Exchange, v: u32, dir: Dir) -> Option<Step> {
+        let positions = flow.steps(ex, v, dir);
+        while self.cursor[v as usize] < positions {
+            if let Some(step) = flow.step(ex, v, self.cursor[v as usize], dir) {
+                let far = Self::far(&step, dir) as usize;
+                if self.region[far]
+                    && !self.dead[far]
+                    && !self.on_path[far]
+                    && flow.reduced(&step) == Cost::ZERO
+                {
+                    return Some(step);
                 }
             }
-            *cursor += 1;
+            self.cursor[v as usize] += 1;
         }
         None
     }

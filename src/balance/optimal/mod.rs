@@ -41,6 +41,8 @@ fn node(bot: BotIx) -> u32 {
 impl State {
     /// Plans a platform from scratch; the index's assignees are the previous assignment.
     pub(crate) fn build(index: &PlatformIndex, resolved: &Resolved) -> (Self, Vec<Option<BotIx>>) {
+        let t0 = std::time::Instant::now();
+        let dbg = std::env::var("AA_DEBUG").is_ok();
         let width = index.bot_count() + 1;
         let channels = index.channel_count();
         let mut active = vec![false; width];
@@ -100,8 +102,14 @@ impl State {
         }
         drop((offsets, nodes, home, place));
 
+        if dbg {
+            eprintln!("build {:?}", t0.elapsed());
+        }
         // Step 2: least Σ load², with each bot's level.
         let beta = levels::settle_levels(&mut ex, &active);
+        if dbg {
+            eprintln!("levels {:?}", t0.elapsed());
+        }
         let f: Vec<i64> = (0..width as u32).map(|v| ex.load(v) as i64).collect();
         let pot = (0..width)
             .map(|v| Cost::load(if active[v] { 1 - 2 * beta[v] } else { 0 }))
@@ -116,11 +124,20 @@ impl State {
                     ex.move_to(c, h);
                 }
             }
+            if dbg {
+                eprintln!("relocated {:?}", t0.elapsed());
+            }
             flow.settle(&mut ex);
+            if dbg {
+                eprintln!("settled {:?}", t0.elapsed());
+            }
         }
         let mut state = State { ex, flow };
         state.rehome(has_previous);
         let assignment = state.assignment();
+        if dbg {
+            eprintln!("done {:?}", t0.elapsed());
+        }
         (state, assignment)
     }
 
@@ -164,9 +181,24 @@ impl State {
             self.activate(index, v);
         }
 
+        let t0 = std::time::Instant::now();
+        let dbg = std::env::var("AA_DEBUG").is_ok();
+        if dbg {
+            eprintln!("replan: journal applied ({} touched)", touched.len());
+        }
         self.flow.settle(&mut self.ex);
+        if dbg {
+            eprintln!("replan: settled {:?}", t0.elapsed());
+        }
         self.rehome(false);
-        Ok(self.assignment())
+        if dbg {
+            eprintln!("replan: rehomed {:?}", t0.elapsed());
+        }
+        let a = self.assignment();
+        if dbg {
+            eprintln!("replan: assignment {:?}", t0.elapsed());
+        }
+        Ok(a)
     }
 
     /// Brings one channel's members in line with its new valid nodes.
@@ -226,30 +258,41 @@ impl State {
         }
     }
 
-    /// A bot (back) online: price it so its incoming arcs are non-negative, then let it ask T
-    /// for as many units as are cheaper there than where they sit.
+    /// A bot (back) online. Its channels elsewhere offer themselves at their current price
+    /// (their bot's potential plus the move cost); the bot takes the cheapest while the j-th
+    /// offer plus the j-th unit of load (2j − 1) is still below the sink's price, like a market
+    /// clearing, and gets a price between the last offer taken and the first refused. Every arc
+    /// at the bot is then non-negative; the donors' deficits are routed by the next settle.
     fn activate(&mut self, index: &PlatformIndex, v: u32) {
-        let ex = &self.ex;
-        let incoming = index
+        let (ex, flow) = (&mut self.ex, &mut self.flow);
+        let mut offers: Vec<(Cost, u32)> = index
             .channels_of(v - 1)
             .iter()
-            .filter(|&&c| ex.contains(c))
-            .map(|&c| (c, ex.at(c)))
-            .filter(|&(_, at)| at != SOURCE && at != v)
-            .map(|(c, at)| self.flow.pot[at as usize] + Cost::moves(ex.kind_of(c, at, v).cost()))
-            .min();
-        let flow = &mut self.flow;
-        flow.active[v as usize] = true;
-        flow.f[v as usize] = 0;
-        flow.pot[v as usize] = incoming.unwrap_or(flow.sink_pot - Cost::load(1));
-        loop {
-            let f = flow.f[v as usize];
-            let reduced = Cost::load(2 * f + 1) + flow.pot[v as usize] - flow.sink_pot;
-            if reduced >= Cost::ZERO {
+            .filter(|&&c| ex.contains(c) && ex.at(c) != SOURCE && ex.at(c) != v)
+            .filter(|&&c| ex.members(c).any(|m| m == v))
+            .map(|&c| {
+                let at = ex.at(c);
+                (
+                    flow.pot[at as usize] + Cost::moves(ex.kind_of(c, at, v).cost()),
+                    c,
+                )
+            })
+            .collect();
+        offers.sort_unstable();
+        let mut taken = 0i64;
+        let mut last = None;
+        for &(price, c) in &offers {
+            if Cost::load(2 * taken + 1) + price >= flow.sink_pot {
                 break;
             }
-            flow.f[v as usize] += 1;
+            ex.move_to(c, v);
+            taken += 1;
+            last = Some(price);
         }
+        let floor = flow.sink_pot - Cost::load(2 * taken + 1);
+        flow.active[v as usize] = true;
+        flow.f[v as usize] = taken;
+        flow.pot[v as usize] = last.map_or(floor, |p| p.max(floor));
     }
 
     /// The plan is final: every moved channel's current place becomes its home, and with

@@ -1,0 +1,170 @@
+//! Seeded synthetic fleets, shaped as in the reference measurements.
+
+use rand::distr::Distribution;
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::weighted::WeightedAliasIndex;
+
+use crate::balance::Rules;
+use crate::index::FleetIndex;
+
+pub const PLATFORM: &str = "onebot";
+
+pub struct Fleet {
+    pub name: &'static str,
+    pub index: FleetIndex,
+    pub rules: Rules,
+}
+
+/// The fleets of the benchmark, in order; `large` adds the million-channel ones.
+pub fn all(large: bool) -> Vec<(&'static str, fn(u64) -> Fleet)> {
+    let mut fleets: Vec<(&'static str, fn(u64) -> Fleet)> = vec![
+        ("seed", |s| seed(s, false)),
+        ("seed-minus-1", |s| seed(s, true)),
+        ("nested-2", |s| nested(s, "nested-2", &[1.0, 0.9], 1000)),
+        ("nested-10", |s| {
+            let fractions: Vec<f64> = (0..10).map(|i| 0.9 + 0.1 * i as f64 / 9.0).collect();
+            nested(s, "nested-10", &fractions, 2000)
+        }),
+        ("zipf-200k", |s| zipf(s, "zipf-200k", 500, 200_000, SINGLES)),
+        ("zipf-200k-redundant", |s| {
+            zipf(s, "zipf-200k-redundant", 500, 200_000, REDUNDANT)
+        }),
+    ];
+    if large {
+        fleets.push(("zipf-1m", |s| zipf(s, "zipf-1m", 2000, 1_000_000, SINGLES)));
+        fleets.push(("zipf-1m-redundant", |s| {
+            zipf(s, "zipf-1m-redundant", 2000, 1_000_000, REDUNDANT)
+        }));
+    }
+    fleets
+}
+
+fn bot_id(i: usize) -> String {
+    format!("{}", 1_000_001 + i)
+}
+
+fn channel_id(i: usize) -> String {
+    format!("{}", 100_000_001 + i)
+}
+
+/// The plugin's example: 3 bots in all 288 channels (optionally one membership short).
+fn seed(s: u64, minus_one: bool) -> Fleet {
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let mut index = FleetIndex::new();
+    let p = index.platform_mut(PLATFORM);
+    let bots: Vec<u32> = (0..3).map(|i| p.add_bot(&bot_id(i))).collect();
+    for c in 0..288 {
+        let channel = p.add_channel(&channel_id(c));
+        let mut members = bots.clone();
+        if minus_one && c == 287 {
+            members.retain(|&b| b != bots[2]);
+        }
+        members.shuffle(&mut rng);
+        for b in members {
+            p.join(b, channel);
+        }
+    }
+    for &b in &bots {
+        p.set_online(b, true);
+    }
+    p.take_journal();
+    Fleet {
+        name: if minus_one { "seed-minus-1" } else { "seed" },
+        index,
+        rules: Rules::default(),
+    }
+}
+
+/// Nested memberships: bot i is in a channel iff its fraction exceeds the channel's draw.
+fn nested(s: u64, name: &'static str, fractions: &[f64], channels: usize) -> Fleet {
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let mut index = FleetIndex::new();
+    let p = index.platform_mut(PLATFORM);
+    let bots: Vec<u32> = (0..fractions.len())
+        .map(|i| p.add_bot(&bot_id(i)))
+        .collect();
+    for c in 0..channels {
+        let channel = p.add_channel(&channel_id(c));
+        let u: f64 = rng.random();
+        let mut members: Vec<u32> = bots
+            .iter()
+            .zip(fractions)
+            .filter(|&(_, &f)| f > u)
+            .map(|(&b, _)| b)
+            .collect();
+        if members.is_empty() {
+            members.push(bots[0]);
+        }
+        members.shuffle(&mut rng);
+        for b in members {
+            p.join(b, channel);
+        }
+    }
+    for &b in &bots {
+        p.set_online(b, true);
+    }
+    p.take_journal();
+    Fleet {
+        name,
+        index,
+        rules: Rules::default(),
+    }
+}
+
+/// Channel size distributions: (size, percent).
+const SINGLES: &[(usize, u32)] = &[(1, 45), (2, 25), (3, 15), (4, 10), (5, 5)];
+const REDUNDANT: &[(usize, u32)] = &[(2, 50), (3, 25), (4, 15), (5, 10)];
+
+/// Zipf bot popularity (weight ∝ 1/rank, ranks shuffled over bots), with operations noise:
+/// 1% of channels with a priority list, 0.5% excluded, 2% of bots offline.
+fn zipf(s: u64, name: &'static str, bots: usize, channels: usize, sizes: &[(usize, u32)]) -> Fleet {
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let mut index = FleetIndex::new();
+    let mut rules = Rules::default();
+    let p = index.platform_mut(PLATFORM);
+    let ids: Vec<u32> = (0..bots).map(|i| p.add_bot(&bot_id(i))).collect();
+    let mut ranks: Vec<usize> = (1..=bots).collect();
+    ranks.shuffle(&mut rng);
+    let popularity =
+        WeightedAliasIndex::new(ranks.iter().map(|&r| 1.0 / r as f64).collect()).expect("weights");
+    let size_of = WeightedAliasIndex::new(sizes.iter().map(|&(_, w)| w).collect()).expect("sizes");
+    let mut members = Vec::with_capacity(5);
+    for c in 0..channels {
+        let channel = p.add_channel(&channel_id(c));
+        let k = sizes[size_of.sample(&mut rng)].0;
+        members.clear();
+        for _ in 0..16 {
+            let b = ids[popularity.sample(&mut rng)];
+            if !members.contains(&b) {
+                members.push(b);
+                if members.len() == k {
+                    break;
+                }
+            }
+        }
+        for &b in &members {
+            p.join(b, channel);
+        }
+        let roll: f64 = rng.random();
+        if roll < 0.01 {
+            let mut list: Vec<String> = members.iter().map(|&b| p.bot_id(b).to_owned()).collect();
+            list.shuffle(&mut rng);
+            list.truncate(if rng.random_bool(0.8) { 1 } else { 2 });
+            if rng.random_bool(0.2) {
+                list.insert(0, bot_id(rng.random_range(0..bots)));
+            }
+            rules
+                .priority
+                .insert(format!("{PLATFORM}:{}", channel_id(c)), list);
+        } else if roll < 0.015 {
+            rules.exclude.push(format!("{PLATFORM}:{}", channel_id(c)));
+        }
+    }
+    for &b in &ids {
+        p.set_online(b, !rng.random_bool(0.02));
+    }
+    p.take_journal();
+    Fleet { name, index, rules }
+}
