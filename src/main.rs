@@ -62,7 +62,7 @@ fn run_plan(
     strategy: Strategy,
     output: Option<&std::path::Path>,
 ) -> ExitCode {
-    let snapshot = match File::open(input)
+    let mut snapshot = match File::open(input)
         .map_err(|e| e.to_string())
         .and_then(|f| snapshot::read(f).map_err(|e| e.to_string()))
     {
@@ -77,11 +77,22 @@ fn run_plan(
     }
     let plan = balance::plan(&snapshot.index, &snapshot.rules, strategy);
     for p in &plan.platforms {
-        let index = snapshot
-            .index
-            .platform(&p.platform)
-            .expect("planned platform");
+        let index = snapshot.index.platform_mut(&p.platform);
         eprintln!("{}", p.summary(index));
+        for &(c, bot) in &p.changes {
+            index.set_assignee(c, bot);
+        }
+        let orphans: Vec<String> = (0..index.channel_count() as u32)
+            .filter(|&c| index.assignee(c).is_none() && !p.is_excluded(c))
+            .map(|c| format!("{}:{}", p.platform, index.channel_id(c)))
+            .collect();
+        if !orphans.is_empty() {
+            eprintln!(
+                "warning: no valid bot for {} channel(s): {}",
+                orphans.len(),
+                orphans.join(", ")
+            );
+        }
     }
     let written = match output {
         Some(path) => File::create(path)
@@ -104,15 +115,17 @@ fn write_assignment(mut out: impl Write, index: &FleetIndex, plan: &Plan) -> io:
     let mut first = true;
     for p in &plan.platforms {
         let pidx = index.platform(&p.platform).expect("planned platform");
-        for (c, bot) in p.assignee.iter().enumerate() {
-            let Some(bot) = bot else { continue };
-            if p.is_excluded(c as u32) {
+        for c in 0..pidx.channel_count() as u32 {
+            let Some(bot) = pidx.assignee(c) else {
+                continue;
+            };
+            if p.is_excluded(c) {
                 continue;
             }
             out.write_all(if first { b"\n  " } else { b",\n  " })?;
             first = false;
-            let key = format!("{}:{}", p.platform, pidx.channel_id(c as u32));
-            let value = format!("{}:{}", p.platform, pidx.bot_id(*bot));
+            let key = format!("{}:{}", p.platform, pidx.channel_id(c));
+            let value = format!("{}:{}", p.platform, pidx.bot_id(bot));
             serde_json::to_writer(&mut out, &key)?;
             out.write_all(b": ")?;
             serde_json::to_writer(&mut out, &value)?;

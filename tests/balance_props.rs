@@ -229,8 +229,8 @@ fn check_plan(
     plan: &balance::Plan,
 ) -> Vec<(usize, u64, usize)> {
     let mut out = Vec::new();
-    for p in 0..PLATFORMS.len() {
-        let Some(pp) = plan.platform(PLATFORMS[p]) else {
+    for (p, &name) in PLATFORMS.iter().enumerate() {
+        let Some(pp) = plan.platform(name) else {
             let enabled = f.rules.enabled_platforms.is_empty()
                 || f.rules.enabled_platforms.iter().any(|e| e == PLATFORMS[p]);
             assert!(
@@ -247,7 +247,12 @@ fn check_plan(
                 continue;
             }
             let ci = pi.find_channel(id).unwrap();
-            let got = pp.assignee[ci as usize].map(|b| {
+            let after = pp
+                .changes
+                .iter()
+                .find(|&&(x, _)| x == ci)
+                .map_or(pi.assignee(ci), |&(_, b)| b);
+            let got = after.map(|b| {
                 let id = pi.bot_id(b);
                 f.bots.iter().position(|x| x.0 == p && x.1 == id).unwrap()
             });
@@ -295,7 +300,7 @@ proptest! {
         }
         let again = balance::plan(&index, &f.rules, Plan::Optimal);
         for (a, b) in plan.platforms.iter().zip(&again.platforms) {
-            prop_assert_eq!(&a.assignee, &b.assignee, "deterministic");
+            prop_assert_eq!(&a.changes, &b.changes, "deterministic");
         }
     }
 

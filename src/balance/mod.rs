@@ -63,12 +63,10 @@ pub struct Move {
     pub forced: bool,
 }
 
-/// The plan of one platform.
+/// The plan of one platform, relative to the index's current assignment.
 #[derive(Clone, Debug)]
 pub struct PlatformPlan {
     pub platform: String,
-    /// New assignee per channel index. Excluded channels keep their previous assignee.
-    pub assignee: Vec<Option<BotIx>>,
     /// Every channel whose assignee differs from the previous one, with its new value.
     pub changes: Vec<(ChanIx, Option<BotIx>)>,
     pub moves: Vec<Move>,
@@ -79,7 +77,7 @@ pub struct PlatformPlan {
     /// Excluded channels, ascending: untouched by the plan.
     pub excluded: Vec<ChanIx>,
     /// Channels with no valid bot.
-    pub unassigned: Vec<ChanIx>,
+    pub unassigned: usize,
     pub stats: LoadStats,
 }
 
@@ -99,8 +97,8 @@ impl PlatformPlan {
             self.forced + self.voluntary,
             self.forced
         );
-        if !self.unassigned.is_empty() {
-            let _ = write!(line, ", {} without a valid bot", self.unassigned.len());
+        if self.unassigned > 0 {
+            let _ = write!(line, ", {} without a valid bot", self.unassigned);
         }
         let loads: Vec<String> = s
             .loads
@@ -147,17 +145,30 @@ pub fn plan(index: &FleetIndex, rules: &Rules, strategy: Strategy) -> Plan {
         .filter(|p| rules.platform_enabled(p.name()))
         .map(|p| {
             let resolved = rules.resolve(p);
-            let assignee = match strategy {
-                Strategy::Greedy => greedy::assign(p, &resolved),
-                Strategy::Optimal => optimal::State::build(p, &resolved).1,
+            let outcome = match strategy {
+                Strategy::Greedy => Outcome::Full(greedy::assign(p, &resolved)),
+                Strategy::Optimal => Outcome::Full(optimal::State::build(p, &resolved).1),
             };
-            finish(p, &resolved, assignee)
+            finish(p, &resolved, outcome)
         })
         .collect();
     Plan {
         strategy,
         platforms,
     }
+}
+
+/// What a strategy decided for one platform.
+pub(crate) enum Outcome {
+    /// Every channel's new assignee (excluded channels: anything, they are left alone).
+    Full(Vec<Option<BotIx>>),
+    /// New assignees of the channels that may have changed; every other channel keeps its
+    /// assignee. The counts cover the whole platform.
+    Changed {
+        channels: Vec<(ChanIx, Option<BotIx>)>,
+        assigned: usize,
+        unassigned: usize,
+    },
 }
 
 /// A planner that remembers: it applies each plan to the index and keeps the optimal
@@ -168,9 +179,17 @@ pub struct Planner {
     states: FxHashMap<String, Remembered>,
 }
 
+/// What the planner keeps per platform between plans.
 struct Remembered {
-    state: optimal::State,
+    /// The optimal strategy's solver state, if any.
+    state: Option<optimal::State>,
+    /// The index's assignee version right after our last plan: anything else means someone
+    /// else changed assignees, so the state is stale.
     assignee_version: u64,
+    /// Rules resolved against the index as it was (ids only ever get added, so this stays
+    /// valid while the numbers of bots and channels are unchanged).
+    resolved: Resolved,
+    sizes: (usize, usize),
 }
 
 impl Planner {
@@ -186,6 +205,11 @@ impl Planner {
         self.strategy
     }
 
+    /// Forgets everything remembered: the next plan starts from scratch.
+    pub fn reset(&mut self) {
+        self.states.clear();
+    }
+
     /// Plans every enabled platform and records the result as the index's assignment.
     pub fn plan(&mut self, index: &mut FleetIndex, rules: &Rules) -> Plan {
         if self.rules.as_ref() != Some(rules) {
@@ -199,22 +223,53 @@ impl Planner {
                 self.states.remove(p.name());
                 continue;
             }
-            let resolved = rules.resolve(p);
-            let assignee = match self.strategy {
-                Strategy::Greedy => greedy::assign(p, &resolved),
-                Strategy::Optimal => self.optimal(p, &resolved, &journal),
+            let sizes = (p.bot_count(), p.channel_count());
+            let remembered = match self.states.remove(p.name()) {
+                Some(mut r) if r.assignee_version == p.assignee_version() => {
+                    if r.sizes != sizes {
+                        r.resolved = rules.resolve(p);
+                        r.sizes = sizes;
+                    }
+                    r
+                }
+                _ => Remembered {
+                    state: None,
+                    assignee_version: 0,
+                    resolved: rules.resolve(p),
+                    sizes,
+                },
             };
-            let t0 = std::time::Instant::now();
-            let plan = finish(p, &resolved, assignee);
-            if std::env::var("AA_DEBUG").is_ok() {
-                eprintln!("finish {:?}", t0.elapsed());
-            }
+            let Remembered {
+                mut state,
+                resolved,
+                ..
+            } = remembered;
+            let outcome = match self.strategy {
+                Strategy::Greedy => Outcome::Full(greedy::assign(p, &resolved)),
+                Strategy::Optimal => {
+                    let incremental = state
+                        .as_mut()
+                        .and_then(|s| s.replan(p, &resolved, &journal).ok());
+                    incremental.unwrap_or_else(|| {
+                        let (fresh, assignee) = optimal::State::build(p, &resolved);
+                        state = Some(fresh);
+                        Outcome::Full(assignee)
+                    })
+                }
+            };
+            let plan = finish(p, &resolved, outcome);
             for &(c, bot) in &plan.changes {
                 p.set_assignee(c, bot);
             }
-            if let Some(r) = self.states.get_mut(p.name()) {
-                r.assignee_version = p.assignee_version();
-            }
+            self.states.insert(
+                p.name().to_owned(),
+                Remembered {
+                    state,
+                    assignee_version: p.assignee_version(),
+                    resolved,
+                    sizes,
+                },
+            );
             platforms.push(plan);
         }
         Plan {
@@ -222,70 +277,70 @@ impl Planner {
             platforms,
         }
     }
-
-    fn optimal(
-        &mut self,
-        p: &PlatformIndex,
-        resolved: &Resolved,
-        journal: &crate::index::Journal,
-    ) -> Vec<Option<BotIx>> {
-        if let Some(r) = self.states.get_mut(p.name())
-            && r.assignee_version == p.assignee_version()
-            && let Ok(assignee) = r.state.replan(p, resolved, journal)
-        {
-            return assignee;
-        }
-        let (state, assignee) = optimal::State::build(p, resolved);
-        self.states.insert(
-            p.name().to_owned(),
-            Remembered {
-                state,
-                assignee_version: u64::MAX,
-            },
-        );
-        assignee
-    }
 }
 
-/// Compares a new assignment with the index's and computes moves and statistics.
-fn finish(
-    p: &PlatformIndex,
-    resolved: &Resolved,
-    mut assignee: Vec<Option<BotIx>>,
-) -> PlatformPlan {
+/// Compares a strategy's outcome with the index's assignment: changes, moves, statistics.
+fn finish(p: &PlatformIndex, resolved: &Resolved, outcome: Outcome) -> PlatformPlan {
+    let mut excluded: Vec<ChanIx> = resolved.excluded().collect();
+    excluded.sort_unstable();
+    // Loads of the previous assignment without excluded channels, updated by the changes.
+    let mut load: Vec<u32> = (0..p.bot_count() as BotIx).map(|b| p.load(b)).collect();
+    for &c in &excluded {
+        if let Some(b) = p.assignee(c) {
+            load[b as usize] -= 1;
+        }
+    }
+    let (candidates, assigned, unassigned) = match outcome {
+        Outcome::Full(assignee) => {
+            let mut assigned = 0;
+            let mut unassigned = 0;
+            let mut changed = Vec::new();
+            for (c, new) in assignee.into_iter().enumerate() {
+                let c = c as ChanIx;
+                if resolved.is_excluded(c) {
+                    continue;
+                }
+                if new.is_some() {
+                    assigned += 1;
+                } else {
+                    unassigned += 1;
+                }
+                if new != p.assignee(c) {
+                    changed.push((c, new));
+                }
+            }
+            (changed, assigned, unassigned)
+        }
+        Outcome::Changed {
+            channels,
+            assigned,
+            unassigned,
+        } => (channels, assigned, unassigned),
+    };
     let mut plan = PlatformPlan {
         platform: p.name().to_owned(),
-        assignee: Vec::new(),
         changes: Vec::new(),
         moves: Vec::new(),
         forced: 0,
         voluntary: 0,
-        assigned: 0,
-        excluded: Vec::new(),
-        unassigned: Vec::new(),
+        assigned,
+        excluded,
+        unassigned,
         stats: LoadStats::new(Vec::new()),
     };
-    let mut load = vec![0u32; p.bot_count()];
     let mut valid = Members::new();
-    for (c, new) in assignee.iter_mut().enumerate() {
-        let c = c as ChanIx;
+    for (c, new) in candidates {
         let previous = p.assignee(c);
-        if resolved.is_excluded(c) {
-            *new = previous;
-            plan.excluded.push(c);
+        if new == previous || resolved.is_excluded(c) {
             continue;
         }
-        match *new {
-            Some(bot) => {
-                plan.assigned += 1;
-                load[bot as usize] += 1;
-            }
-            None => plan.unassigned.push(c),
+        if let Some(b) = previous {
+            load[b as usize] -= 1;
         }
-        if *new == previous {
-            continue;
+        if let Some(b) = new {
+            load[b as usize] += 1;
         }
-        plan.changes.push((c, *new));
+        plan.changes.push((c, new));
         if let Some(from) = previous {
             resolved.valid_bots(p, c, &mut valid);
             let forced = !valid.contains(&from);
@@ -297,16 +352,124 @@ fn finish(
             plan.moves.push(Move {
                 channel: c,
                 from,
-                to: *new,
+                to: new,
                 forced,
             });
         }
     }
-    plan.assignee = assignee;
     let loads = (0..p.bot_count() as BotIx)
         .filter(|&b| p.is_online(b))
         .map(|b| (b, load[b as usize]))
         .collect();
     plan.stats = LoadStats::new(loads);
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plugin README's example: 3 bots, each in all 288 channels; optionally bot 3
+    /// missing from the last channel.
+    fn plugin_example(minus_one: bool) -> FleetIndex {
+        let mut index = FleetIndex::new();
+        let p = index.platform_mut("onebot");
+        for bot in ["1001", "1002", "1003"] {
+            let channels: Vec<String> = (0..288)
+                .filter(|&c| !(minus_one && bot == "1003" && c == 287))
+                .map(|c| format!("g{c}"))
+                .collect();
+            p.bot_online(bot, &channels);
+        }
+        index
+    }
+
+    fn loads(plan: &Plan) -> Vec<u32> {
+        plan.platforms[0]
+            .stats
+            .loads
+            .iter()
+            .map(|&(_, l)| l)
+            .collect()
+    }
+
+    #[test]
+    fn plugin_example_is_96_96_96_for_both_strategies() {
+        let index = plugin_example(false);
+        for strategy in [Strategy::Greedy, Strategy::Optimal] {
+            let plan = plan(&index, &Rules::default(), strategy);
+            assert_eq!(loads(&plan), [96, 96, 96], "{strategy}");
+            let p = &plan.platforms[0];
+            assert_eq!(
+                p.summary(index.platform("onebot").unwrap()),
+                "platform onebot: assigned 288 channels, moved 0 (0 forced); \
+                 load [1001:96, 1002:96, 1003:96], mean 96.0, stddev 0.00, min 96, max 96"
+            );
+        }
+    }
+
+    #[test]
+    fn one_missing_membership_breaks_greedy_but_not_optimal() {
+        let index = plugin_example(true);
+        let greedy = plan(&index, &Rules::default(), Strategy::Greedy);
+        assert_eq!(loads(&greedy), [1, 0, 287]);
+        assert!(greedy.platforms[0].stats.stddev > 135.0);
+        let optimal = plan(&index, &Rules::default(), Strategy::Optimal);
+        assert_eq!(loads(&optimal), [96, 96, 96]);
+        assert_eq!(optimal.platforms[0].stats.stddev, 0.0);
+    }
+
+    #[test]
+    fn restart_with_an_optimal_previous_moves_nothing() {
+        let mut index = plugin_example(true);
+        let mut planner = Planner::new(Strategy::Optimal);
+        let first = planner.plan(&mut index, &Rules::default());
+        assert_eq!(first.platforms[0].changes.len(), 288);
+        // A fresh planner sees the applied assignment as the previous one.
+        let again = Planner::new(Strategy::Optimal).plan(&mut index, &Rules::default());
+        assert!(again.platforms[0].changes.is_empty());
+    }
+
+    #[test]
+    fn a_bot_going_offline_moves_only_its_channels() {
+        let mut index = plugin_example(false);
+        let mut planner = Planner::new(Strategy::Optimal);
+        planner.plan(&mut index, &Rules::default());
+        index.bot_offline("onebot", "1002");
+        let plan = planner.plan(&mut index, &Rules::default());
+        let p = &plan.platforms[0];
+        assert_eq!((p.forced, p.voluntary), (96, 0));
+        assert_eq!(loads(&plan), [144, 144]);
+        let back: Vec<String> = (0..288).map(|c| format!("g{c}")).collect();
+        index.bot_online("onebot", "1002", &back);
+        let plan = planner.plan(&mut index, &Rules::default());
+        assert_eq!(
+            (plan.platforms[0].forced, plan.platforms[0].voluntary),
+            (0, 96)
+        );
+        assert_eq!(loads(&plan), [96, 96, 96]);
+    }
+
+    #[test]
+    fn pins_exclusions_and_disabled_platforms() {
+        let mut index = plugin_example(false);
+        index.bot_online("discord", "d1", &["x"]);
+        let rules = Rules {
+            enabled_platforms: vec!["onebot".into()],
+            priority: [("onebot:g0".to_owned(), vec!["1003".to_owned()])].into(),
+            exclude: vec!["g1".into()],
+        };
+        let plan = plan(&index, &rules, Strategy::Optimal);
+        assert_eq!(plan.platforms.len(), 1, "discord is not enabled");
+        let p = &plan.platforms[0];
+        let onebot = index.platform("onebot").unwrap();
+        let g0 = onebot.find_channel("g0").unwrap();
+        let g1 = onebot.find_channel("g1").unwrap();
+        let pinned = p.changes.iter().find(|&&(c, _)| c == g0).unwrap().1;
+        assert_eq!(pinned, onebot.find_bot("1003"));
+        assert!(p.changes.iter().all(|&(c, _)| c != g1));
+        assert_eq!((p.assigned, p.excluded.as_slice()), (287, [g1].as_slice()));
+        let total: u32 = p.stats.loads.iter().map(|&(_, l)| l).sum();
+        assert_eq!(total, 287, "excluded channels do not count toward loads");
+    }
 }

@@ -17,9 +17,12 @@ pub struct Fleet {
     pub rules: Rules,
 }
 
+/// A named fleet generator taking a seed.
+pub type Generator = (&'static str, fn(u64) -> Fleet);
+
 /// The fleets of the benchmark, in order; `large` adds the million-channel ones.
-pub fn all(large: bool) -> Vec<(&'static str, fn(u64) -> Fleet)> {
-    let mut fleets: Vec<(&'static str, fn(u64) -> Fleet)> = vec![
+pub fn all(large: bool) -> Vec<Generator> {
+    let mut fleets: Vec<Generator> = vec![
         ("seed", |s| seed(s, false)),
         ("seed-minus-1", |s| seed(s, true)),
         ("nested-2", |s| nested(s, "nested-2", &[1.0, 0.9], 1000)),

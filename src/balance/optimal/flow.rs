@@ -142,7 +142,7 @@ impl Flow {
         }
     }
 
-    fn to_sink(&self, b: u32) -> Option<Step> {
+    fn sink_step(&self, b: u32) -> Option<Step> {
         self.active[b as usize].then(|| Step {
             from: b,
             to: self.sink(),
@@ -151,7 +151,7 @@ impl Flow {
         })
     }
 
-    fn from_sink(&self, b: u32) -> Option<Step> {
+    fn refund_step(&self, b: u32) -> Option<Step> {
         let f = self.f[b as usize];
         (self.active[b as usize] && f > 0).then(|| Step {
             from: self.sink(),
@@ -185,10 +185,10 @@ impl Flow {
     /// A bot's arc to or from the sink comes first: it is the usual way out.
     fn step(&self, ex: &Exchange, v: u32, i: usize, dir: Dir) -> Option<Step> {
         match dir {
-            Dir::Forward if v == self.sink() => self.from_sink(i as u32),
-            Dir::Backward if v == self.sink() => self.to_sink(i as u32),
-            Dir::Forward if i == 0 => self.to_sink(v),
-            Dir::Backward if i == 0 => self.from_sink(v),
+            Dir::Forward if v == self.sink() => self.refund_step(i as u32),
+            Dir::Backward if v == self.sink() => self.sink_step(i as u32),
+            Dir::Forward if i == 0 => self.sink_step(v),
+            Dir::Backward if i == 0 => self.refund_step(v),
             Dir::Forward => {
                 let x = ex.nbrs(v)[(i - 1) / 3];
                 Self::move_step(ex, v, x, Kind::ALL[(i - 1) % 3])
@@ -376,7 +376,14 @@ impl Search {
                         self.touched.push(to);
                     }
                     self.dist[to as usize] = Some(nd);
-                    heap.push(Reverse((nd, !Self::is_end(flow, ex, to, dir), to)));
+                    let end = Self::is_end(flow, ex, to, dir);
+                    if end && r == Cost::ZERO {
+                        // Nothing left in the heap is closer than `d`: done.
+                        self.region[to as usize] = true;
+                        self.settled.push(to);
+                        return Some(nd);
+                    }
+                    heap.push(Reverse((nd, !end, to)));
                 }
             }
         }

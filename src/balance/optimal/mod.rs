@@ -21,6 +21,7 @@ mod levels;
 use exchange::{Exchange, NIL, SOURCE};
 use flow::{Cost, Flow};
 
+use crate::balance::Outcome;
 use crate::balance::rules::Resolved;
 use crate::index::{BotIx, ChanIx, Journal, Members, PlatformIndex};
 
@@ -41,8 +42,6 @@ fn node(bot: BotIx) -> u32 {
 impl State {
     /// Plans a platform from scratch; the index's assignees are the previous assignment.
     pub(crate) fn build(index: &PlatformIndex, resolved: &Resolved) -> (Self, Vec<Option<BotIx>>) {
-        let t0 = std::time::Instant::now();
-        let dbg = std::env::var("AA_DEBUG").is_ok();
         let width = index.bot_count() + 1;
         let channels = index.channel_count();
         let mut active = vec![false; width];
@@ -102,14 +101,8 @@ impl State {
         }
         drop((offsets, nodes, home, place));
 
-        if dbg {
-            eprintln!("build {:?}", t0.elapsed());
-        }
         // Step 2: least Σ load², with each bot's level.
         let beta = levels::settle_levels(&mut ex, &active);
-        if dbg {
-            eprintln!("levels {:?}", t0.elapsed());
-        }
         let f: Vec<i64> = (0..width as u32).map(|v| ex.load(v) as i64).collect();
         let pot = (0..width)
             .map(|v| Cost::load(if active[v] { 1 - 2 * beta[v] } else { 0 }))
@@ -124,20 +117,11 @@ impl State {
                     ex.move_to(c, h);
                 }
             }
-            if dbg {
-                eprintln!("relocated {:?}", t0.elapsed());
-            }
             flow.settle(&mut ex);
-            if dbg {
-                eprintln!("settled {:?}", t0.elapsed());
-            }
         }
         let mut state = State { ex, flow };
         state.rehome(has_previous);
         let assignment = state.assignment();
-        if dbg {
-            eprintln!("done {:?}", t0.elapsed());
-        }
         (state, assignment)
     }
 
@@ -147,7 +131,7 @@ impl State {
         index: &PlatformIndex,
         resolved: &Resolved,
         journal: &Journal,
-    ) -> Result<Vec<Option<BotIx>>, Stale> {
+    ) -> Result<Outcome, Stale> {
         if journal.overflow || index.bot_count() + 1 > self.ex.width() {
             return Err(Stale);
         }
@@ -171,34 +155,33 @@ impl State {
         touched.dedup();
         let mut valid = Members::new();
         let mut nodes: Vec<u32> = Vec::new();
+        let mut changed = Vec::new();
         for &c in &touched {
             resolved.valid_bots(index, c, &mut valid);
             nodes.clear();
             nodes.extend(valid.iter().map(|&b| node(b)));
+            if self.ex.contains(c) && nodes.is_empty() {
+                changed.push(c);
+            }
             self.update_channel(index, c, &nodes, &fresh);
         }
         for &v in &fresh {
             self.activate(index, v);
         }
 
-        let t0 = std::time::Instant::now();
-        let dbg = std::env::var("AA_DEBUG").is_ok();
-        if dbg {
-            eprintln!("replan: journal applied ({} touched)", touched.len());
-        }
         self.flow.settle(&mut self.ex);
-        if dbg {
-            eprintln!("replan: settled {:?}", t0.elapsed());
-        }
-        self.rehome(false);
-        if dbg {
-            eprintln!("replan: rehomed {:?}", t0.elapsed());
-        }
-        let a = self.assignment();
-        if dbg {
-            eprintln!("replan: assignment {:?}", t0.elapsed());
-        }
-        Ok(a)
+        changed.extend(self.rehome(false));
+        changed.sort_unstable();
+        changed.dedup();
+        let placed = self.ex.channels_in_graph();
+        Ok(Outcome::Changed {
+            channels: changed
+                .into_iter()
+                .map(|c| (c, self.placed_on(c)))
+                .collect(),
+            assigned: placed,
+            unassigned: index.channel_count() - resolved.excluded().count() - placed,
+        })
     }
 
     /// Brings one channel's members in line with its new valid nodes.
@@ -296,9 +279,11 @@ impl State {
     }
 
     /// The plan is final: every moved channel's current place becomes its home, and with
-    /// `all_unhomed` also that of channels that had no previous assignee.
-    fn rehome(&mut self, all_unhomed: bool) {
-        for c in self.ex.take_moved() {
+    /// `all_unhomed` also that of channels that had no previous assignee. Returns the moved
+    /// channels.
+    fn rehome(&mut self, all_unhomed: bool) -> Vec<u32> {
+        let moved = self.ex.take_moved();
+        for &c in &moved {
             if self.ex.contains(c) {
                 self.ex.set_home(c, self.ex.at(c));
             }
@@ -310,14 +295,19 @@ impl State {
                 }
             }
         }
+        moved
+    }
+
+    fn placed_on(&self, c: ChanIx) -> Option<BotIx> {
+        match self.ex.at(c) {
+            NIL | SOURCE => None,
+            v => Some(v - 1),
+        }
     }
 
     fn assignment(&self) -> Vec<Option<BotIx>> {
         (0..self.ex.channel_capacity() as u32)
-            .map(|c| match self.ex.at(c) {
-                NIL | SOURCE => None,
-                v => Some(v - 1),
-            })
+            .map(|c| self.placed_on(c))
             .collect()
     }
 }
