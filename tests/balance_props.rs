@@ -421,3 +421,26 @@ fn apply(f: &mut Fleet, index: &mut FleetIndex, e: Event) {
         _ => {}
     }
 }
+
+/// A bot never seen before comes online after the first plan: the remembered state has room
+/// for it and the re-plan stays exact.
+#[test]
+fn a_new_bot_joins_incrementally() {
+    let mut index = FleetIndex::new();
+    let channels: Vec<String> = (0..30).map(|c| format!("g{c}")).collect();
+    index.bot_online("onebot", "1", &channels);
+    index.bot_online("onebot", "2", &channels[..20]);
+    let mut planner = Planner::new(Plan::Optimal);
+    let rules = Rules::default();
+    planner.plan(&mut index, &rules);
+    index.bot_online("onebot", "3", &channels[10..]);
+    let plan = planner.plan(&mut index, &rules);
+    let p = &plan.platforms[0];
+    let loads: Vec<u32> = p.stats.loads.iter().map(|l| l.1).collect();
+    assert_eq!(loads, [10, 10, 10]);
+    assert_eq!(
+        (p.forced, p.voluntary),
+        (0, 10),
+        "exactly the ten channels the new bot takes"
+    );
+}

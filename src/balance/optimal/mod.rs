@@ -42,7 +42,8 @@ fn node(bot: BotIx) -> u32 {
 impl State {
     /// Plans a platform from scratch; the index's assignees are the previous assignment.
     pub(crate) fn build(index: &PlatformIndex, resolved: &Resolved) -> (Self, Vec<Option<BotIx>>) {
-        let width = index.bot_count() + 1;
+        // The source, the bots, and room for a few bots that appear later without a rebuild.
+        let width = index.bot_count() + 1 + 8 + index.bot_count() / 32;
         let channels = index.channel_count();
         let mut active = vec![false; width];
         for b in 0..index.bot_count() as BotIx {
