@@ -9,12 +9,25 @@
 //!   and `greedy` (the Koishi plugin's algorithm) turn an index and [`balance::Rules`] into a
 //!   [`balance::Plan`].
 //! * [`snapshot`]: the JSON fleet snapshot read by `auto-assign plan`.
+//! * [`config`]: `config.yaml`, typed and validated; [`watch`] notices edits.
+//! * [`source`]: fleet sources turning the outside world into fleet events (`file`).
+//! * [`triggers`]: when to rebalance (per-event delays, coalescing).
+//! * [`engine`]: the one writer: events → index → triggers → planner → store.
+//! * [`store`]: the SQL store (Koishi's `channel` table and the rebalance history).
+//! * [`service`]: `auto-assign serve`, wiring it all with a clean shutdown.
 //! * [`bench`]: seeded synthetic fleets and the measurements printed by `auto-assign bench`.
 //!
 //! The planner never does I/O; everything around it is a thin shell.
 
 pub mod balance;
 pub mod bench;
+pub mod config;
+pub mod engine;
 pub mod index;
 pub mod model;
+pub mod service;
 pub mod snapshot;
+pub mod source;
+pub mod store;
+pub mod triggers;
+pub mod watch;

@@ -32,6 +32,11 @@ enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Runs the service until SIGINT or SIGTERM.
+    Serve {
+        #[arg(long, default_value = "config.yaml")]
+        config: PathBuf,
+    },
     /// Measures both strategies on seeded synthetic fleets (build with --release).
     Bench(bench::Args),
 }
@@ -43,6 +48,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
         .init();
     match Cli::parse().command {
         Command::Plan {
@@ -50,11 +56,33 @@ fn main() -> ExitCode {
             strategy,
             output,
         } => run_plan(&input, strategy, output.as_deref()),
+        Command::Serve { config } => serve(&config),
         Command::Bench(args) => {
             bench::run(&args);
             ExitCode::SUCCESS
         }
     }
+}
+
+fn serve(config: &std::path::Path) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        auto_assign::service::cancel_on_signals(shutdown.clone());
+        match auto_assign::service::serve(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(e.exit_code())
+            }
+        }
+    })
 }
 
 fn run_plan(

@@ -1,0 +1,328 @@
+//! `config.yaml`: typed, validated once per load, watched for edits.
+//!
+//! The plugin's keys keep its names and defaults. Every load runs the same validation, at
+//! start-up and on every edit; an error names the file and the key, and the line and column
+//! where YAML knows them. A rejected edit leaves the previous config in force.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::balance::{Rules, Strategy};
+
+/// The whole configuration, with defaults filled in and paths resolved against the config
+/// file's directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where it was loaded from.
+    pub path: PathBuf,
+    /// Seconds between periodic rebalances (≥ 60); ignored when `balance_cron` is set.
+    pub balance_interval: Duration,
+    /// Cron expression (seconds first, as tokio-cron-scheduler reads it) for periodic runs.
+    pub balance_cron: Option<String>,
+    pub rules: Rules,
+    pub strategy: Strategy,
+    pub delays: TriggerDelays,
+    pub database: Database,
+    pub sources: Sources,
+}
+
+/// How long after an event of each kind the rebalance runs (the plugin's trigger table).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerDelays {
+    pub startup: Duration,
+    pub bot_status: Duration,
+    pub bot_online: Duration,
+    pub bot_offline: Duration,
+    pub channel_joined: Duration,
+    pub channel_left: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Database {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sources {
+    /// A fleet file (YAML or JSON) that is watched like a live fleet.
+    pub file: Option<PathBuf>,
+}
+
+/// A config that could not be used, with where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file.display(), self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Raw {
+    #[serde(default = "default_interval")]
+    balance_interval: f64,
+    #[serde(default)]
+    balance_cron: Option<String>,
+    #[serde(default = "default_platforms")]
+    enabled_platforms: Vec<String>,
+    #[serde(default)]
+    exclude_channels: Vec<String>,
+    #[serde(default)]
+    channel_bot_priority: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    strategy: Strategy,
+    #[serde(default)]
+    trigger_delays: RawDelays,
+    #[serde(default)]
+    database: RawDatabase,
+    #[serde(default)]
+    sources: RawSources,
+}
+
+fn default_interval() -> f64 {
+    600.0
+}
+
+fn default_platforms() -> Vec<String> {
+    vec!["onebot".to_owned()]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct RawDelays {
+    startup: f64,
+    bot_status: f64,
+    bot_online: f64,
+    bot_offline: f64,
+    channel_joined: f64,
+    channel_left: f64,
+}
+
+impl Default for RawDelays {
+    fn default() -> Self {
+        Self {
+            startup: 0.0,
+            bot_status: 5.0,
+            bot_online: 5.0,
+            bot_offline: 5.0,
+            channel_joined: 10.0,
+            channel_left: 5.0,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawDatabase {
+    url: String,
+}
+
+impl Default for RawDatabase {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://data/auto-assign.db".to_owned(),
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSources {
+    #[serde(default)]
+    file: Option<PathBuf>,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_owned(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Validates config text as if read from `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let fail = |message: String| ConfigError {
+            file: path.to_owned(),
+            message,
+        };
+        // An empty file is an empty mapping: every default.
+        let text = if text.trim().is_empty() { "{}" } else { text };
+        let de = serde_norway::Deserializer::from_str(text);
+        let raw: Raw = serde_path_to_error::deserialize(de)
+            .map_err(describe_yaml_error)
+            .map_err(fail)?;
+        let base = path.parent().unwrap_or(Path::new(".")).to_owned();
+        let seconds = |key: &str, v: f64, min: f64| -> Result<Duration, ConfigError> {
+            if !v.is_finite() || v < min {
+                return Err(fail(format!(
+                    "{key}: must be a number of seconds ≥ {min} (got {v})"
+                )));
+            }
+            Ok(Duration::from_secs_f64(v))
+        };
+        let d = &raw.trigger_delays;
+        let delays = TriggerDelays {
+            startup: seconds("triggerDelays.startup", d.startup, 0.0)?,
+            bot_status: seconds("triggerDelays.botStatus", d.bot_status, 0.0)?,
+            bot_online: seconds("triggerDelays.botOnline", d.bot_online, 0.0)?,
+            bot_offline: seconds("triggerDelays.botOffline", d.bot_offline, 0.0)?,
+            channel_joined: seconds("triggerDelays.channelJoined", d.channel_joined, 0.0)?,
+            channel_left: seconds("triggerDelays.channelLeft", d.channel_left, 0.0)?,
+        };
+        if let Some(cron) = &raw.balance_cron {
+            tokio_cron_scheduler::Job::new(cron.as_str(), |_, _| {}).map_err(|e| {
+                fail(format!(
+                    "balanceCron: invalid cron expression {cron:?}: {e}"
+                ))
+            })?;
+        }
+        for (key, bots) in &raw.channel_bot_priority {
+            if key.is_empty() || bots.iter().any(String::is_empty) {
+                return Err(fail(format!(
+                    "channelBotPriority.{key}: empty channel or bot id"
+                )));
+            }
+        }
+        if let Some(i) = raw.exclude_channels.iter().position(String::is_empty) {
+            return Err(fail(format!("excludeChannels[{i}]: empty channel id")));
+        }
+        Ok(Config {
+            path: path.to_owned(),
+            balance_interval: seconds("balanceInterval", raw.balance_interval, 60.0)?,
+            balance_cron: raw.balance_cron,
+            rules: Rules {
+                enabled_platforms: raw.enabled_platforms,
+                priority: raw.channel_bot_priority,
+                exclude: raw.exclude_channels,
+            },
+            strategy: raw.strategy,
+            delays,
+            database: parse_database(&raw.database.url, &base)
+                .map_err(|m| fail(format!("database.url: {m}")))?,
+            sources: Sources {
+                file: raw.sources.file.map(|f| base.join(f)),
+            },
+        })
+    }
+}
+
+/// A YAML error as `key.path: what is wrong at line L column C`.
+pub(crate) fn describe_yaml_error(e: serde_path_to_error::Error<serde_norway::Error>) -> String {
+    let key = e.path().to_string();
+    let inner = e.into_inner();
+    let text = inner.to_string();
+    // serde_norway names the key itself for some errors; never say it twice.
+    let mut message = if key == "." || key.is_empty() || text.starts_with(&format!("{key}: ")) {
+        text
+    } else {
+        format!("{key}: {text}")
+    };
+    if let Some(loc) = inner.location()
+        && !message.contains("line ")
+    {
+        message.push_str(&format!(" at line {} column {}", loc.line(), loc.column()));
+    }
+    message
+}
+
+fn parse_database(url: &str, base: &Path) -> Result<Database, String> {
+    if let Some(rest) = url.strip_prefix("sqlite:") {
+        let path = rest.trim_start_matches("//");
+        let path = path.split('?').next().unwrap_or_default();
+        if path.is_empty() || path == ":memory:" {
+            return Err(format!("{url:?}: an SQLite URL needs a file path"));
+        }
+        return Ok(Database::Sqlite(base.join(path)));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Database::Postgres(url.to_owned()));
+    }
+    Err(format!("{url:?}: expected sqlite://PATH or postgres://..."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(Path::new("/etc/aa/config.yaml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_the_plugins() {
+        let c = parse("").unwrap();
+        assert_eq!(c.balance_interval, Duration::from_secs(600));
+        assert_eq!(c.rules.enabled_platforms, ["onebot"]);
+        assert_eq!(c.strategy, Strategy::Optimal);
+        assert_eq!(c.delays.channel_joined, Duration::from_secs(10));
+        assert_eq!(c.delays.startup, Duration::ZERO);
+        assert_eq!(
+            c.database,
+            Database::Sqlite("/etc/aa/data/auto-assign.db".into())
+        );
+    }
+
+    #[test]
+    fn the_shipped_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.yaml");
+        let c = Config::load(&path).unwrap();
+        assert!(c.sources.file.as_ref().is_some_and(|f| f.exists()), "{c:?}");
+    }
+
+    #[test]
+    fn errors_name_the_file_key_and_position() {
+        let e = parse("balanceInterval: 30\n").unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/aa/config.yaml: balanceInterval: must be a number of seconds ≥ 60 (got 30)"
+        );
+        let e = parse("channelBotPriority:\n  \"123\": bot1\n").unwrap_err();
+        assert!(e.starts_with("/etc/aa/config.yaml: channelBotPriority.123: invalid type: string \"bot1\", expected a sequence"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+        let e = parse("balanceIntervall: 600\n").unwrap_err();
+        assert!(e.contains("unknown field `balanceIntervall`"), "{e}");
+        let e = parse("enabledPlatforms: [onebot\n").unwrap_err();
+        assert!(e.contains("line"), "{e}");
+        let e = parse("strategy: best\n").unwrap_err();
+        assert!(
+            e.starts_with("/etc/aa/config.yaml: strategy: unknown variant `best`"),
+            "{e}"
+        );
+        let e = parse("balanceCron: \"every minute\"\n").unwrap_err();
+        assert!(e.contains("balanceCron: invalid cron expression"), "{e}");
+        let e = parse("database:\n  url: mysql://x\n").unwrap_err();
+        assert!(e.contains("database.url"), "{e}");
+        let e = parse("triggerDelays:\n  botOffline: -1\n").unwrap_err();
+        assert!(e.contains("triggerDelays.botOffline"), "{e}");
+    }
+
+    #[test]
+    fn relative_paths_follow_the_config_file() {
+        let c =
+            parse("database:\n  url: sqlite://state/x.db\nsources:\n  file: fleet.yaml\n").unwrap();
+        assert_eq!(c.database, Database::Sqlite("/etc/aa/state/x.db".into()));
+        assert_eq!(c.sources.file, Some("/etc/aa/fleet.yaml".into()));
+        let c = parse("database:\n  url: sqlite:///var/lib/aa.db\n").unwrap();
+        assert_eq!(c.database, Database::Sqlite("/var/lib/aa.db".into()));
+        let c = parse("database:\n  url: postgres://u@localhost/aa\n").unwrap();
+        assert_eq!(
+            c.database,
+            Database::Postgres("postgres://u@localhost/aa".into())
+        );
+    }
+}

@@ -1,0 +1,152 @@
+//! `auto-assign serve`: wires config, store, sources and engine, and shuts them down cleanly.
+
+use std::path::{Path, PathBuf};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::config::{Config, ConfigError};
+use crate::engine::{Control, Engine};
+use crate::source::file::{self, Fleet, FleetError};
+use crate::store::Store;
+use crate::watch::FileWatch;
+
+/// Why the service could not start (or run).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Bad configuration or fleet file: exit code 2.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Fleet(#[from] FleetError),
+    /// Anything else (database unreachable, ...): exit code 1.
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+impl ServeError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::Config(_) | ServeError::Fleet(_) => 2,
+            ServeError::Other(_) => 1,
+        }
+    }
+}
+
+/// Runs the service until `shutdown` is cancelled.
+pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<(), ServeError> {
+    let config = Config::load(config_path)?;
+    let fleet = match &config.sources.file {
+        Some(path) => Some((path.clone(), Fleet::load(path)?)),
+        None => None,
+    };
+    let store = Store::connect(&config.database).await?;
+    info!(
+        "{}: config loaded; strategy {}",
+        config_path.display(),
+        config.strategy
+    );
+
+    let mut engine = Engine::new(config.clone(), store).await?;
+    let (fleet_tx, fleet_rx) = mpsc::channel(4096);
+    let (control_tx, control_rx) = mpsc::channel(64);
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some((path, (fleet, content))) = fleet {
+        // The file's fleet is known before the first plan, so a restart moves nothing.
+        for event in Fleet::default().diff(&fleet) {
+            engine.apply(event);
+        }
+        info!("{}: fleet file loaded", path.display());
+        tasks.spawn(file::watch(
+            path,
+            fleet,
+            content,
+            fleet_tx.clone(),
+            shutdown.clone(),
+        ));
+    }
+    tasks.spawn(watch_config(
+        config_path.to_owned(),
+        control_tx.clone(),
+        shutdown.clone(),
+    ));
+    engine
+        .run(fleet_rx, control_tx, control_rx, shutdown.clone())
+        .await;
+    shutdown.cancel();
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Validates every edit of the config file; a valid one goes to the engine, an invalid one is
+/// reported and ignored.
+async fn watch_config(path: PathBuf, control: mpsc::Sender<Control>, shutdown: CancellationToken) {
+    let current = std::fs::read(&path).ok();
+    let mut watch = match FileWatch::new(&path, current) {
+        Ok(w) => w,
+        Err(e) => {
+            error!(
+                "{}: cannot watch the config file: {e}; edits need a restart",
+                path.display()
+            );
+            return;
+        }
+    };
+    loop {
+        let changed = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = watch.changed() => changed,
+        };
+        let text = match changed.map(|b| String::from_utf8(b).map_err(|e| e.to_string())) {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                error!(
+                    "{}: not UTF-8 ({e}); keeping the previous config",
+                    path.display()
+                );
+                continue;
+            }
+            Err(e) => {
+                error!(
+                    "{}: cannot read ({e}); keeping the previous config",
+                    path.display()
+                );
+                continue;
+            }
+        };
+        match Config::parse(&path, &text) {
+            Ok(config) => {
+                if control
+                    .send(Control::Config(Box::new(config)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) => error!("invalid config: {e}; keeping the previous config"),
+        }
+    }
+}
+
+/// Cancels `token` on SIGINT or SIGTERM.
+pub fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        info!("shutting down");
+        token.cancel();
+    });
+}

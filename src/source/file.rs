@@ -1,0 +1,295 @@
+//! The file fleet source: a YAML (or JSON) list of bots, watched. An edit becomes the events
+//! a live fleet would have produced: a bot coming online (with its channel list), going
+//! offline, joining or leaving a channel.
+//!
+//! ```yaml
+//! bots:
+//!   - id: 1001            # quoted or not; QQ numbers are ids, not arithmetic
+//!     platform: onebot    # default onebot
+//!     online: true        # default true
+//!     channels: [100001, 100002]
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::FleetEvent;
+use crate::watch::FileWatch;
+
+/// The fleet as a file describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fleet {
+    /// (platform, bot) → (online, channels)
+    bots: BTreeMap<(String, String), (bool, BTreeSet<String>)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    #[serde(default)]
+    bots: Vec<RawBot>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBot {
+    id: Id,
+    #[serde(default = "onebot")]
+    platform: String,
+    #[serde(default = "yes")]
+    online: bool,
+    #[serde(default)]
+    channels: Vec<Id>,
+}
+
+fn onebot() -> String {
+    "onebot".to_owned()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An id written as a string or a (non-negative) integer.
+struct Id(String);
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an id (string or integer)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Id, E> {
+                if v.is_empty() {
+                    return Err(E::custom("empty id"));
+                }
+                Ok(Id(v.to_owned()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Id, E> {
+                Ok(Id(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A fleet file that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+impl fmt::Display for FleetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file.display(), self.message)
+    }
+}
+
+impl std::error::Error for FleetError {}
+
+impl Fleet {
+    /// Parses fleet file content (YAML; JSON is YAML too).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Fleet, FleetError> {
+        let fail = |message: String| FleetError {
+            file: path.to_owned(),
+            message,
+        };
+        let de = serde_norway::Deserializer::from_slice(bytes);
+        let raw: RawFleet = serde_path_to_error::deserialize(de)
+            .map_err(crate::config::describe_yaml_error)
+            .map_err(fail)?;
+        let mut bots = BTreeMap::new();
+        for (i, bot) in raw.bots.into_iter().enumerate() {
+            if bot.platform.is_empty() {
+                return Err(fail(format!("bots[{i}].platform: empty platform")));
+            }
+            let channels = bot.channels.into_iter().map(|c| c.0).collect();
+            let key = (bot.platform, bot.id.0);
+            if bots.insert(key.clone(), (bot.online, channels)).is_some() {
+                return Err(fail(format!(
+                    "bots[{i}]: bot {}:{} is listed twice",
+                    key.0, key.1
+                )));
+            }
+        }
+        Ok(Fleet { bots })
+    }
+
+    pub fn load(path: &Path) -> Result<(Fleet, Vec<u8>), FleetError> {
+        let bytes = std::fs::read(path).map_err(|e| FleetError {
+            file: path.to_owned(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Ok((Self::parse(path, &bytes)?, bytes))
+    }
+
+    /// The events that turn a fleet described by `self` into one described by `new`.
+    pub fn diff(&self, new: &Fleet) -> Vec<FleetEvent> {
+        let mut events = Vec::new();
+        for ((platform, bot), (online, channels)) in &new.bots {
+            let (platform, bot) = (platform.clone(), bot.clone());
+            match self.bots.get(&(platform.clone(), bot.clone())) {
+                Some((true, old)) if *online => {
+                    for channel in old.difference(channels) {
+                        events.push(FleetEvent::ChannelLeft {
+                            platform: platform.clone(),
+                            bot: bot.clone(),
+                            channel: channel.clone(),
+                        });
+                    }
+                    for channel in channels.difference(old) {
+                        events.push(FleetEvent::ChannelJoined {
+                            platform: platform.clone(),
+                            bot: bot.clone(),
+                            channel: channel.clone(),
+                        });
+                    }
+                }
+                Some((true, _)) => events.push(FleetEvent::BotOffline { platform, bot }),
+                _ if *online => events.push(FleetEvent::BotOnline {
+                    platform,
+                    bot,
+                    channels: channels.iter().cloned().collect(),
+                }),
+                Some((false, _)) => {}
+                None => events.push(FleetEvent::BotOffline { platform, bot }),
+            }
+        }
+        for ((platform, bot), (online, _)) in &self.bots {
+            if *online && !new.bots.contains_key(&(platform.clone(), bot.clone())) {
+                events.push(FleetEvent::BotOffline {
+                    platform: platform.clone(),
+                    bot: bot.clone(),
+                });
+            }
+        }
+        events
+    }
+}
+
+/// Watches the fleet file and sends the events of every valid edit; an invalid edit is
+/// reported and ignored (the last good fleet stays in force).
+pub async fn watch(
+    path: PathBuf,
+    mut fleet: Fleet,
+    content: Vec<u8>,
+    events: mpsc::Sender<FleetEvent>,
+    shutdown: CancellationToken,
+) {
+    let mut watch = match FileWatch::new(&path, Some(content)) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!("{}: cannot watch the fleet file: {e}", path.display());
+            return;
+        }
+    };
+    loop {
+        let bytes = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = watch.changed() => changed,
+        };
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("{}: cannot read the fleet file: {e}", path.display());
+                continue;
+            }
+        };
+        match Fleet::parse(&path, &bytes) {
+            Ok(new) => {
+                let changes = fleet.diff(&new);
+                tracing::info!(
+                    "{}: fleet file changed: {} event(s)",
+                    path.display(),
+                    changes.len()
+                );
+                fleet = new;
+                for event in changes {
+                    if events.send(event).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::error!("{e}; keeping the previous fleet"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet(yaml: &str) -> Fleet {
+        Fleet::parse(Path::new("fleet.yaml"), yaml.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn edits_become_the_events_a_live_fleet_would_send() {
+        let before = fleet(
+            "bots:\n- {id: 1, channels: [a, b]}\n- {id: 2, channels: [a]}\n- {id: 3, online: false}\n",
+        );
+        let after = fleet(
+            "bots:\n- {id: 1, channels: [b, c]}\n- {id: 2, online: false, channels: [a]}\n- {id: 3, channels: [a]}\n- {id: 4, platform: discord}\n",
+        );
+        let events = before.diff(&after);
+        let p = || "onebot".to_owned();
+        assert_eq!(
+            events,
+            [
+                FleetEvent::BotOnline {
+                    platform: "discord".into(),
+                    bot: "4".into(),
+                    channels: vec![]
+                },
+                FleetEvent::ChannelLeft {
+                    platform: p(),
+                    bot: "1".into(),
+                    channel: "a".into()
+                },
+                FleetEvent::ChannelJoined {
+                    platform: p(),
+                    bot: "1".into(),
+                    channel: "c".into()
+                },
+                FleetEvent::BotOffline {
+                    platform: p(),
+                    bot: "2".into()
+                },
+                FleetEvent::BotOnline {
+                    platform: p(),
+                    bot: "3".into(),
+                    channels: vec!["a".into()]
+                },
+            ]
+        );
+        // A bot removed from the file goes offline.
+        let gone = fleet("bots: []");
+        assert_eq!(after.diff(&gone).len(), 3);
+        assert!(after.diff(&after).is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_file_and_entry() {
+        let err = |yaml: &str| {
+            Fleet::parse(Path::new("fleet.yaml"), yaml.as_bytes())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("bots:\n- {id: 1, online: maybe}\n");
+        assert!(
+            e.starts_with("fleet.yaml: bots[0].online: invalid type"),
+            "{e}"
+        );
+        assert!(err("bots:\n- {id: 1}\n- {id: 1}\n").contains("listed twice"));
+        assert!(err("bots:\n- {name: 1}\n").contains("unknown field `name`"));
+        assert!(err("bots: [\n").contains("line"));
+    }
+}

@@ -1,0 +1,417 @@
+//! `auto-assign serve` end to end: the real binary, a real SQLite file or PostgreSQL server,
+//! real file edits. Delays are configured short (fractions of a second) so the tests run on
+//! real time without long sleeps.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use support::{Db, Postgres, Service, TempDir, eventually};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const FLEET: &str = "\
+bots:
+  - id: 1001
+    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
+  - id: 1002
+    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008]
+  - id: 1003
+    channels: [100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
+";
+
+fn config(database: &str, extra: &str) -> String {
+    format!(
+        "balanceInterval: 600
+enabledPlatforms: [onebot]
+triggerDelays: {{startup: 0, botStatus: 0.2, botOnline: 0.2, botOffline: 0.4, channelJoined: 0.6, channelLeft: 0.2}}
+database: {{url: \"{database}\"}}
+sources: {{file: fleet.yaml}}
+{extra}"
+    )
+}
+
+/// Waits until the store holds `n` rebalance records (the log line comes before the commit).
+fn committed(db: &Db, n: usize) {
+    eventually(&format!("{n} committed rebalances"), WAIT, || {
+        db.history().len() >= n
+    });
+}
+
+fn loads(rows: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
+    let mut loads = BTreeMap::new();
+    for bot in rows.values() {
+        *loads.entry(bot.clone()).or_insert(0) += 1;
+    }
+    loads
+}
+
+fn koishi_table_sqlite(db: &Db) {
+    // As Koishi's SQLite driver creates it, with a row Koishi auto-assigned and decorated.
+    db.execute(
+        "CREATE TABLE `channel` (`id` TEXT NULL DEFAULT '', `platform` TEXT NULL DEFAULT '', `flag` INTEGER NULL DEFAULT 0, \
+         `assignee` TEXT NULL DEFAULT '', `guildId` TEXT NULL DEFAULT '', `locales` TEXT NULL DEFAULT '', \
+         `permissions` TEXT NULL DEFAULT '', `createdAt` INTEGER NULL, PRIMARY KEY (`id`, `platform`))",
+    );
+}
+
+/// First assignment, a bot going offline, Koishi's columns preserved, restart without churn.
+fn end_to_end(db: Db, dir: &TempDir) {
+    dir.write("fleet.yaml", FLEET);
+    db.execute(
+        "INSERT INTO channel (id, platform, flag, assignee, \"guildId\", locales, permissions, \"createdAt\") \
+         VALUES ('100003', 'onebot', 4, '9999', '100003', 'zh-CN', '', 123)",
+    );
+    let config = dir.join("config.yaml");
+
+    let service = Service::start(&config);
+    service.wait_for("rebalance #1", 1, WAIT);
+    committed(&db, 1);
+    let first = db.channels("onebot");
+    assert_eq!(first.len(), 12, "{first:?}");
+    assert_eq!(
+        loads(&first).values().copied().collect::<Vec<_>>(),
+        [4, 4, 4],
+        "balanced: {first:?}"
+    );
+    assert_eq!(
+        db.koishi_columns("onebot", "100003"),
+        (4, "zh-CN".into(), Some(123))
+    );
+    let history = db.history();
+    assert_eq!(history.len(), 1);
+    assert!(history[0].0.contains("startup"), "{history:?}");
+    assert_eq!(history[0].1, 12);
+    assert_eq!(
+        (history[0].2, history[0].3),
+        (1, 0),
+        "9999 is no valid bot: one forced move"
+    );
+
+    // Bot 1002 goes offline in the fleet file.
+    let edited = Instant::now();
+    dir.write(
+        "fleet.yaml",
+        &FLEET.replace("  - id: 1002\n", "  - id: 1002\n    online: false\n"),
+    );
+    service.wait_for("rebalance #2", 1, WAIT);
+    committed(&db, 2);
+    assert!(
+        edited.elapsed() >= Duration::from_millis(400),
+        "ran before the offline delay"
+    );
+    let second = db.channels("onebot");
+    let moved: Vec<&String> = first.keys().filter(|c| first[*c] != second[*c]).collect();
+    let on_1002: Vec<&String> = first.keys().filter(|c| first[*c] == "1002").collect();
+    assert_eq!(moved, on_1002, "only the offline bot's channels change");
+    assert!(second.values().all(|b| b != "1002"));
+    assert_eq!(loads(&second).values().copied().collect::<Vec<_>>(), [6, 6]);
+    let history = db.history();
+    assert_eq!(history.len(), 2);
+    assert!(history[1].0.contains("bot-offline"), "{history:?}");
+    assert_eq!((history[1].2, history[1].3), (4, 0));
+
+    assert!(service.stop().success());
+
+    // Restart with the same fleet: the stored assignment is the previous one, nothing moves.
+    let service = Service::start(&config);
+    service.wait_for("rebalance #1", 1, WAIT);
+    committed(&db, 3);
+    service.wait_for("loaded 12 stored assignment(s)", 1, WAIT);
+    let history = db.history();
+    assert_eq!(history.len(), 3);
+    assert_eq!(
+        (history[2].2, history[2].3),
+        (0, 0),
+        "restart moved channels: {history:?}"
+    );
+    assert_eq!(db.channels("onebot"), second);
+    assert!(service.stop().success());
+}
+
+#[test]
+fn sqlite_first_assignment_offline_move_and_restart() {
+    let dir = TempDir::new("sqlite-e2e");
+    dir.write("config.yaml", &config("sqlite://state.db", ""));
+    let db = Db::Sqlite(dir.join("state.db"));
+    koishi_table_sqlite(&db);
+    end_to_end(db, &dir);
+}
+
+#[test]
+fn postgres_first_assignment_offline_move_restart_and_outage() {
+    let pg = Postgres::start();
+    let dir = TempDir::new("pg-e2e");
+    dir.write("config.yaml", &config(&pg.url(), ""));
+    let db = Db::Postgres(pg.url());
+    db.execute(
+        "CREATE TABLE channel (id TEXT NOT NULL DEFAULT '', platform TEXT NOT NULL DEFAULT '', flag BIGINT DEFAULT 0, \
+         assignee TEXT DEFAULT '', \"guildId\" TEXT DEFAULT '', locales TEXT DEFAULT '', permissions TEXT DEFAULT '', \
+         \"createdAt\" BIGINT, PRIMARY KEY (id, platform))",
+    );
+    end_to_end(db.clone(), &dir);
+
+    // The database goes away while a rebalance needs writing: nothing is lost.
+    let service = Service::start(&dir.join("config.yaml"));
+    service.wait_for("rebalance #1", 1, WAIT);
+    committed(&db, 4);
+    pg.stop();
+    dir.write("fleet.yaml", FLEET); // 1002 back online
+    service.wait_for("rebalance #2", 1, WAIT);
+    service.wait_for("retrying in", 1, WAIT);
+    pg.restart();
+    service.wait_for("database available again", 1, WAIT);
+    let rows = db.channels("onebot");
+    assert_eq!(
+        loads(&rows).values().copied().collect::<Vec<_>>(),
+        [4, 4, 4],
+        "{rows:?}"
+    );
+    assert_eq!(db.history().len(), 5);
+    assert!(service.stop().success());
+}
+
+#[test]
+fn hot_reload_of_priorities_and_rejected_edits() {
+    let dir = TempDir::new("reload");
+    dir.write("fleet.yaml", FLEET);
+    let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&config_path);
+    service.wait_for("rebalance #1", 1, WAIT);
+    committed(&db, 1);
+    let before = db.channels("onebot")["100005"].clone();
+    let target = if before == "1001" { "1002" } else { "1001" };
+
+    let pinned = format!("channelBotPriority:\n  \"onebot:100005\": [\"{target}\"]\n");
+    let edited = Instant::now();
+    dir.write("config.yaml", &config("sqlite://state.db", &pinned));
+    service.wait_for("rebalance #2 (config-changed)", 1, WAIT);
+    committed(&db, 2);
+    assert!(
+        edited.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        edited.elapsed()
+    );
+    assert_eq!(db.channels("onebot")["100005"], target);
+
+    // Invalid edits are reported with the key or position, and change nothing.
+    dir.write(
+        "config.yaml",
+        &config("sqlite://state.db", "balanceInterval: 30\n").replace("balanceInterval: 600\n", ""),
+    );
+    service.wait_for(
+        "balanceInterval: must be a number of seconds ≥ 60 (got 30); keeping the previous config",
+        1,
+        WAIT,
+    );
+    dir.write(
+        "config.yaml",
+        &config(
+            "sqlite://state.db",
+            "channelBotPriority:\n  \"100005\": 1001\n",
+        ),
+    );
+    service.wait_for(
+        "channelBotPriority.100005: invalid type: integer `1001`, expected a sequence",
+        1,
+        WAIT,
+    );
+    dir.write(
+        "config.yaml",
+        &config("sqlite://state.db", "excludeChannels: [100001\n"),
+    );
+    service.wait_for("keeping the previous config", 3, WAIT);
+    let log = service.log();
+    let syntax = log
+        .lines()
+        .filter(|l| l.contains("keeping the previous config"))
+        .nth(2)
+        .unwrap();
+    assert!(
+        syntax.contains("config.yaml") && syntax.contains("line "),
+        "{syntax}"
+    );
+    let mut service = service;
+    assert!(service.is_running());
+    assert_eq!(
+        service.count("rebalance #"),
+        2,
+        "rejected edits triggered a run"
+    );
+
+    // The previous config is still in force: the pin holds through the next rebalance.
+    dir.write(
+        "fleet.yaml",
+        &FLEET.replace("  - id: 1003\n", "  - id: 1003\n    online: false\n"),
+    );
+    service.wait_for("rebalance #3 (bot-offline)", 1, WAIT);
+    committed(&db, 3);
+    assert_eq!(db.channels("onebot")["100005"], target);
+    assert!(service.stop().success());
+}
+
+#[test]
+fn a_burst_of_joins_is_one_rebalance() {
+    let dir = TempDir::new("burst");
+    dir.write("fleet.yaml", FLEET);
+    let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&config_path);
+    service.wait_for("rebalance #1", 1, WAIT);
+    committed(&db, 1);
+
+    // Bot 1003 joins 50 new channels in one edit.
+    let extra: Vec<String> = (0..50).map(|i| (200001 + i).to_string()).collect();
+    let old = "    channels: [100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]\n";
+    let new = format!(
+        "    channels: [100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012, {}]\n",
+        extra.join(", ")
+    );
+    assert!(FLEET.contains(old));
+    dir.write("fleet.yaml", &FLEET.replace(old, &new));
+    service.wait_for("rebalance #2 (channel-joined ×50)", 1, WAIT);
+    committed(&db, 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(service.count("rebalance #"), 2, "{}", service.log());
+    let history = db.history();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[1].0, "channel-joined ×50");
+    let rows = db.channels("onebot");
+    assert_eq!(rows.len(), 62);
+    assert!(extra.iter().all(|c| rows[c] == "1003"));
+    assert!(service.stop().success());
+}
+
+#[test]
+fn cron_schedule_replaces_the_interval() {
+    let dir = TempDir::new("cron");
+    dir.write("fleet.yaml", FLEET);
+    let config_path = dir.write(
+        "config.yaml",
+        &config("sqlite://state.db", "balanceCron: \"* * * * * *\"\n"),
+    );
+    let service = Service::start(&config_path);
+    service.wait_for("(schedule)", 2, WAIT);
+    let db = Db::Sqlite(dir.join("state.db"));
+    let history = db.history();
+    assert!(
+        history
+            .iter()
+            .skip(1)
+            .all(|h| h.0 == "schedule" && h.2 + h.3 == 0),
+        "{history:?}"
+    );
+    assert!(service.stop().success());
+}
+
+#[test]
+fn invalid_config_or_fleet_at_startup_exits_2() {
+    let dir = TempDir::new("bad-start");
+    dir.write("fleet.yaml", FLEET);
+    let path = dir.write(
+        "config.yaml",
+        &config("sqlite://state.db", "strategy: best\n"),
+    );
+    let mut service = Service::start(&path);
+    assert_eq!(service.wait(WAIT).code(), Some(2));
+    assert!(
+        service
+            .log()
+            .contains("config.yaml: strategy: unknown variant `best`"),
+        "{}",
+        service.log()
+    );
+
+    dir.write("config.yaml", &config("sqlite://state.db", ""));
+    dir.write("fleet.yaml", "bots:\n  - id: 1001\n    online: sometimes\n");
+    let mut service = Service::start(&path);
+    assert_eq!(service.wait(WAIT).code(), Some(2));
+    assert!(
+        service
+            .log()
+            .contains("fleet.yaml: bots[0].online: invalid type"),
+        "{}",
+        service.log()
+    );
+    assert!(
+        !dir.join("state.db").exists() || Db::Sqlite(dir.join("state.db")).history().is_empty()
+    );
+}
+
+#[test]
+fn shutdown_during_a_rebalance_leaves_the_store_consistent() {
+    let dir = TempDir::new("shutdown");
+    let channels: Vec<String> = (0..60_000).map(|i| (1_000_000 + i).to_string()).collect();
+    let list = channels.join(", ");
+    dir.write(
+        "fleet.yaml",
+        &format!("bots:\n  - {{id: 1, channels: [{list}]}}\n  - {{id: 2, channels: [{list}]}}\n  - {{id: 3, channels: [{list}]}}\n"),
+    );
+    let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
+    let service = Service::start(&config_path);
+    service.wait_for("fleet file loaded", 1, WAIT);
+    let status = service.stop();
+    assert!(status.success(), "{status:?}");
+    let db = Db::Sqlite(dir.join("state.db"));
+    let rows = db.channels("onebot");
+    let history = db.history();
+    match history.len() {
+        0 => assert!(rows.is_empty(), "rows without their rebalance record"),
+        1 => {
+            assert_eq!(
+                rows.len(),
+                60_000,
+                "a rebalance recorded but not all of its rows"
+            );
+            assert_eq!(
+                loads(&rows).values().copied().collect::<Vec<_>>(),
+                [20_000; 3]
+            );
+        }
+        n => panic!("{n} rebalances"),
+    }
+    eventually("database readable", WAIT, || {
+        db.channels("onebot").len() == rows.len()
+    });
+}
+
+#[test]
+fn events_during_a_run_form_exactly_one_follow_up() {
+    let dir = TempDir::new("follow-up");
+    let channels: Vec<String> = (0..60_000).map(|i| (1_000_000 + i).to_string()).collect();
+    let fleet = |offline: &[u32]| {
+        let list = channels.join(", ");
+        let mut text = String::from("bots:\n");
+        for id in 1..=4u32 {
+            let online = !offline.contains(&id);
+            text.push_str(&format!(
+                "  - {{id: {id}, online: {online}, channels: [{list}]}}\n"
+            ));
+        }
+        text
+    };
+    dir.write("fleet.yaml", &fleet(&[]));
+    let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&config_path);
+    // The first run writes 60,000 rows; edit the fleet three times while it does.
+    service.wait_for("fleet file loaded", 1, WAIT);
+    for offline in [&[1][..], &[1, 2], &[1, 2, 3]] {
+        dir.write("fleet.yaml", &fleet(offline));
+        std::thread::sleep(Duration::from_millis(120));
+    }
+    service.wait_for("rebalance #2", 1, WAIT);
+    committed(&db, 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    let history = db.history();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert!(history[1].0.starts_with("bot-offline"), "{history:?}");
+    let rows = db.channels("onebot");
+    assert!(
+        rows.values().all(|b| b == "4"),
+        "all channels on the last online bot"
+    );
+    assert!(service.stop().success());
+}

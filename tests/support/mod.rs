@@ -1,0 +1,415 @@
+//! Test support: temporary directories, the real service binary, and a real PostgreSQL
+//! server started on a free loopback port.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "auto-assign-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.join(name);
+        // Write then rename, as editors do: the watcher must see a complete file.
+        let tmp = self.join(&format!(".{name}.tmp"));
+        std::fs::write(&tmp, content).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `auto-assign` binary running `serve`, with its log captured.
+pub struct Service {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Service {
+    pub fn start(config: &Path) -> Service {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_auto-assign"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start auto-assign serve");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Service { child, log }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn count(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Waits until the log has `n` lines containing `needle`; panics with the log otherwise.
+    pub fn wait_for(&self, needle: &str, n: usize, timeout: Duration) {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if self.count(needle) >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "timed out waiting for {n}× {needle:?}; log:\n{}",
+            self.log()
+        );
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn stop(mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        self.wait(Duration::from_secs(30))
+    }
+
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < until,
+                "service did not exit; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A throwaway PostgreSQL 15 server on a free loopback port (run as the `postgres` user when
+/// the tests run as root, since PostgreSQL refuses to run as root).
+pub struct Postgres {
+    dir: TempDir,
+    pub port: u16,
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        let dir = TempDir::new("pg");
+        let data = dir.join("data");
+        let as_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
+        if as_root {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let run = |args: &[&str]| {
+            let bin = find_pg_bin(args[0]);
+            let mut cmd = if as_root {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(bin);
+                c
+            } else {
+                Command::new(bin)
+            };
+            let out = cmd
+                .args(&args[1..])
+                .output()
+                .expect("run a PostgreSQL tool");
+            assert!(
+                out.status.success(),
+                "{args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(&[
+            "initdb",
+            "-D",
+            data.to_str().unwrap(),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ]);
+        let port = free_port();
+        let options = format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
+            dir.path().display()
+        );
+        run(&[
+            "pg_ctl",
+            "-D",
+            data.to_str().unwrap(),
+            "-o",
+            &options,
+            "-l",
+            dir.join("log").to_str().unwrap(),
+            "-w",
+            "start",
+        ]);
+        Postgres { dir, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server (it can be started again with [`Postgres::restart`]).
+    pub fn stop(&self) {
+        self.pg_ctl(&["-m", "immediate", "stop"]);
+    }
+
+    pub fn restart(&self) {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        self.pg_ctl(&[
+            "-o",
+            &options,
+            "-l",
+            self.dir.join("log").to_str().unwrap(),
+            "-w",
+            "start",
+        ]);
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let data = self.dir.join("data");
+        let as_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
+        let bin = find_pg_bin("pg_ctl");
+        let mut cmd = if as_root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        };
+        let _ = cmd.arg("-D").arg(&data).args(args).output();
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn find_pg_bin(name: &str) -> PathBuf {
+    for dir in ["/usr/lib/postgresql/15/bin", "/usr/local/bin", "/usr/bin"] {
+        let p = Path::new(dir).join(name);
+        if p.exists() {
+            return p;
+        }
+    }
+    PathBuf::from(name)
+}
+
+/// The service's database, read the way an operator would.
+#[derive(Clone, Debug)]
+pub enum Db {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+/// One history record: (causes, channels, forced, voluntary).
+pub type HistoryRow = (String, i64, i64, i64);
+
+impl Db {
+    fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    async fn sqlite(path: &Path) -> sqlx::SqlitePool {
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .busy_timeout(Duration::from_secs(10));
+        sqlx::SqlitePool::connect_with(options).await.unwrap()
+    }
+
+    /// channel id → assignee, for one platform.
+    pub fn channels(&self, platform: &str) -> std::collections::BTreeMap<String, String> {
+        let sql = "SELECT id, assignee FROM channel WHERE platform = $1";
+        let rows: Vec<(String, String)> = Self::block_on(async {
+            match self {
+                Db::Sqlite(p) => {
+                    let pool = Self::sqlite(p).await;
+                    sqlx::query_as(sql)
+                        .bind(platform)
+                        .fetch_all(&pool)
+                        .await
+                        .unwrap()
+                }
+                Db::Postgres(url) => {
+                    let pool = sqlx::PgPool::connect(url).await.unwrap();
+                    sqlx::query_as(sql)
+                        .bind(platform)
+                        .fetch_all(&pool)
+                        .await
+                        .unwrap()
+                }
+            }
+        });
+        rows.into_iter().collect()
+    }
+
+    /// Every rebalance record, oldest first.
+    pub fn history(&self) -> Vec<HistoryRow> {
+        let sql = "SELECT causes, channels, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id";
+        Self::block_on(async {
+            match self {
+                Db::Sqlite(p) => {
+                    let pool = Self::sqlite(p).await;
+                    sqlx::query_as(sql)
+                        .fetch_all(&pool)
+                        .await
+                        .unwrap_or_default()
+                }
+                Db::Postgres(url) => {
+                    let pool = sqlx::PgPool::connect(url).await.unwrap();
+                    sqlx::query_as(sql)
+                        .fetch_all(&pool)
+                        .await
+                        .unwrap_or_default()
+                }
+            }
+        })
+    }
+
+    /// Runs a statement (to set up rows as Koishi would have).
+    pub fn execute(&self, sql: &'static str) {
+        Self::block_on(async {
+            match self {
+                Db::Sqlite(p) => {
+                    let pool = Self::sqlite(p).await;
+                    sqlx::query(sql).execute(&pool).await.unwrap();
+                }
+                Db::Postgres(url) => {
+                    let pool = sqlx::PgPool::connect(url).await.unwrap();
+                    sqlx::query(sql).execute(&pool).await.unwrap();
+                }
+            }
+        })
+    }
+
+    /// Koishi's other columns of one row: (flag, locales, createdAt).
+    pub fn koishi_columns(&self, platform: &str, id: &str) -> (i64, String, Option<i64>) {
+        let sql =
+            r#"SELECT flag, locales, "createdAt" FROM channel WHERE platform = $1 AND id = $2"#;
+        Self::block_on(async {
+            match self {
+                Db::Sqlite(p) => {
+                    let pool = Self::sqlite(p).await;
+                    sqlx::query_as(sql)
+                        .bind(platform)
+                        .bind(id)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap()
+                }
+                Db::Postgres(url) => {
+                    let pool = sqlx::PgPool::connect(url).await.unwrap();
+                    sqlx::query_as(sql)
+                        .bind(platform)
+                        .bind(id)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap()
+                }
+            }
+        })
+    }
+}
+
+/// Waits until `f` holds, polling; panics with `what` after `timeout`.
+pub fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out: {what}");
+}
