@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::balance::{Plan, Planner};
 use crate::config::Config;
@@ -88,10 +88,8 @@ impl Engine {
         let mut index = FleetIndex::new();
         let stored = store.load_assignments().await?;
         let count = stored.len();
+        // Every platform's rows, so a platform enabled later still starts from its stored state.
         for (platform, channel, bot) in stored {
-            if !config.rules.platform_enabled(&platform) {
-                continue;
-            }
             let p = index.platform_mut(&platform);
             let c = p.add_channel(&channel);
             let b = p.add_bot(&bot);
