@@ -144,6 +144,7 @@ impl Engine {
                 channel,
             } => {
                 self.index.channel_joined(platform, bot, channel);
+                debug!("bot {platform}:{bot} joined channel {channel}");
                 Some(Cause::ChannelJoined)
             }
             FleetEvent::ChannelLeft {
@@ -152,6 +153,7 @@ impl Engine {
                 channel,
             } => {
                 self.index.channel_left(platform, bot, channel);
+                debug!("bot {platform}:{bot} left channel {channel}");
                 // The plugin's rule: only worth a rebalance if someone is left to take over.
                 let p = self.index.platform_mut(platform);
                 let someone = p
