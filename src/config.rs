@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::balance::{Rules, Strategy};
+use crate::source::onebot;
 
 /// The whole configuration, with defaults filled in and paths resolved against the config
 /// file's directory.
@@ -51,6 +52,8 @@ pub enum Database {
 pub struct Sources {
     /// A fleet file (YAML or JSON) that is watched like a live fleet.
     pub file: Option<PathBuf>,
+    /// Live OneBot v11 connections.
+    pub onebot: Option<onebot::Settings>,
 }
 
 /// A config that could not be used, with where and why.
@@ -142,6 +145,81 @@ impl Default for RawDatabase {
 struct RawSources {
     #[serde(default)]
     file: Option<PathBuf>,
+    #[serde(default)]
+    onebot: Option<RawOneBot>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawOneBot {
+    #[serde(default)]
+    access_token: String,
+    #[serde(default)]
+    connections: Vec<RawForward>,
+    #[serde(default)]
+    reverse: Option<RawReverse>,
+    #[serde(default = "secs::<10>")]
+    action_timeout: f64,
+    #[serde(default = "secs::<600>")]
+    group_list_refresh: f64,
+    #[serde(default = "secs::<30>")]
+    offline_grace: f64,
+    #[serde(default = "secs::<10>")]
+    startup_wait: f64,
+    #[serde(default = "default_frame")]
+    max_frame_bytes: usize,
+    #[serde(default)]
+    health: RawHealth,
+}
+
+fn secs<const N: u64>() -> f64 {
+    N as f64
+}
+
+fn default_frame() -> usize {
+    16 << 20
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawForward {
+    url: String,
+    #[serde(default)]
+    access_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawReverse {
+    bind: String,
+    #[serde(default = "default_reverse_path")]
+    path: String,
+    #[serde(default)]
+    access_token: Option<String>,
+}
+
+fn default_reverse_path() -> String {
+    "/onebot/v11/ws".to_owned()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct RawHealth {
+    probe_interval: f64,
+    probe_timeout: f64,
+    failure_threshold: u32,
+    concurrency: usize,
+}
+
+impl Default for RawHealth {
+    fn default() -> Self {
+        Self {
+            probe_interval: 60.0,
+            probe_timeout: 5.0,
+            failure_threshold: 3,
+            concurrency: 8,
+        }
+    }
 }
 
 impl Config {
@@ -216,9 +294,89 @@ impl Config {
                 .map_err(|m| fail(format!("database.url: {m}")))?,
             sources: Sources {
                 file: raw.sources.file.map(|f| base.join(f)),
+                onebot: raw
+                    .sources
+                    .onebot
+                    .map(|o| onebot_settings(o, &seconds, &fail))
+                    .transpose()?,
             },
         })
     }
+}
+
+/// The OneBot section, validated.
+fn onebot_settings(
+    raw: RawOneBot,
+    seconds: &dyn Fn(&str, f64, f64) -> Result<Duration, ConfigError>,
+    fail: &dyn Fn(String) -> ConfigError,
+) -> Result<onebot::Settings, ConfigError> {
+    let key = |k: &str| format!("sources.onebot.{k}");
+    let mut connections = Vec::new();
+    for (i, c) in raw.connections.into_iter().enumerate() {
+        if c.url.starts_with("wss://") {
+            return Err(fail(format!(
+                "{}: wss:// is not supported; use ws:// (behind a TLS-terminating proxy if needed)",
+                key(&format!("connections[{i}].url"))
+            )));
+        }
+        if !c.url.starts_with("ws://") || c.url.len() <= "ws://".len() {
+            return Err(fail(format!(
+                "{}: expected ws://host:port[/path], got {:?}",
+                key(&format!("connections[{i}].url")),
+                c.url
+            )));
+        }
+        connections.push(onebot::settings::Forward {
+            url: c.url,
+            access_token: c.access_token.unwrap_or_else(|| raw.access_token.clone()),
+        });
+    }
+    let reverse = match raw.reverse {
+        None => None,
+        Some(r) => {
+            let bind = r.bind.parse().map_err(|e| {
+                fail(format!(
+                    "{}: {:?} is not an address like 127.0.0.1:8080 ({e})",
+                    key("reverse.bind"),
+                    r.bind
+                ))
+            })?;
+            if !r.path.starts_with('/') {
+                return Err(fail(format!("{}: must start with /", key("reverse.path"))));
+            }
+            Some(onebot::settings::Reverse {
+                bind,
+                path: r.path,
+                access_token: r.access_token.unwrap_or_else(|| raw.access_token.clone()),
+            })
+        }
+    };
+    let h = &raw.health;
+    if h.failure_threshold == 0 || h.concurrency == 0 {
+        return Err(fail(format!(
+            "{}: failureThreshold and concurrency must be at least 1",
+            key("health")
+        )));
+    }
+    if raw.max_frame_bytes < 1024 {
+        return Err(fail(format!(
+            "{}: must be at least 1024",
+            key("maxFrameBytes")
+        )));
+    }
+    Ok(onebot::Settings {
+        connections,
+        reverse,
+        action_timeout: seconds(&key("actionTimeout"), raw.action_timeout, 0.1)?,
+        group_list_refresh: seconds(&key("groupListRefresh"), raw.group_list_refresh, 1.0)?,
+        offline_grace: seconds(&key("offlineGrace"), raw.offline_grace, 0.0)?,
+        startup_wait: seconds(&key("startupWait"), raw.startup_wait, 0.0)?,
+        max_frame_bytes: raw.max_frame_bytes,
+        probe_interval: seconds(&key("health.probeInterval"), h.probe_interval, 0.1)?,
+        probe_timeout: seconds(&key("health.probeTimeout"), h.probe_timeout, 0.1)?,
+        failure_threshold: h.failure_threshold,
+        health_concurrency: h.concurrency,
+    })
 }
 
 /// A YAML error as `key.path: what is wrong at line L column C`.

@@ -31,6 +31,8 @@ pub enum Control {
     Schedule,
     /// Someone asked for a rebalance now.
     Rebalance,
+    /// The sources have reported the fleet: the first rebalance may run.
+    Ready,
 }
 
 pub struct Engine {
@@ -44,6 +46,9 @@ pub struct Engine {
     retry: Option<(Instant, Duration)>,
     next_periodic: Option<Instant>,
     cron: Option<tokio_cron_scheduler::JobScheduler>,
+    /// No rebalance runs before the sources have reported the fleet: a plan of a half-known
+    /// fleet would move the channels of every bot not connected yet.
+    ready: bool,
     runs: u64,
 }
 
@@ -109,6 +114,7 @@ impl Engine {
             retry: None,
             next_periodic: None,
             cron: None,
+            ready: false,
             runs: 0,
         })
     }
@@ -125,18 +131,32 @@ impl Engine {
                 platform,
                 bot,
                 channels,
+                status,
             } => {
                 self.index.bot_online(platform, bot, channels);
                 info!(
                     "bot {platform}:{bot} online in {} channel(s)",
                     channels.len()
                 );
-                Some(Cause::BotOnline)
+                Some(if *status {
+                    Cause::BotStatus
+                } else {
+                    Cause::BotOnline
+                })
             }
-            FleetEvent::BotOffline { platform, bot } => {
+            FleetEvent::BotOffline {
+                platform,
+                bot,
+                reason,
+                status,
+            } => {
                 self.index.bot_offline(platform, bot);
-                info!("bot {platform}:{bot} offline");
-                Some(Cause::BotOffline)
+                info!("bot {platform}:{bot} offline ({reason})");
+                Some(if *status {
+                    Cause::BotStatus
+                } else {
+                    Cause::BotOffline
+                })
             }
             FleetEvent::ChannelJoined {
                 platform,
@@ -181,10 +201,9 @@ impl Engine {
         mut control: mpsc::Receiver<Control>,
         shutdown: CancellationToken,
     ) {
-        self.request(Cause::Startup);
         self.reschedule(&control_tx).await;
         loop {
-            let due = self.triggers.due();
+            let due = self.triggers.due().filter(|_| self.ready);
             let retry = self.retry.map(|(at, _)| at);
             let periodic = self.next_periodic;
             tokio::select! {
@@ -212,6 +231,12 @@ impl Engine {
 
     async fn control(&mut self, msg: Control, control_tx: &mpsc::Sender<Control>) {
         match msg {
+            Control::Ready => {
+                if !self.ready {
+                    self.ready = true;
+                    self.request(Cause::Startup);
+                }
+            }
             Control::Schedule => self.request(Cause::Schedule),
             Control::Rebalance => self.request(Cause::Requested),
             Control::Config(new) => {

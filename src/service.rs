@@ -8,7 +8,9 @@ use tracing::{error, info};
 
 use crate::config::{Config, ConfigError};
 use crate::engine::{Control, Engine};
+use crate::presence::Presence;
 use crate::source::file::{self, Fleet, FleetError};
+use crate::source::onebot;
 use crate::store::Store;
 use crate::watch::FileWatch;
 
@@ -52,6 +54,34 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
     let (fleet_tx, fleet_rx) = mpsc::channel(4096);
     let (control_tx, control_rx) = mpsc::channel(64);
     let mut tasks = tokio::task::JoinSet::new();
+    let presence = Presence::default();
+    match config.sources.onebot.clone() {
+        None => {
+            let _ = control_tx.try_send(Control::Ready);
+        }
+        Some(settings) => {
+            let (wait, reverse) = (settings.startup_wait, settings.reverse.is_some());
+            let started = onebot::start(
+                settings,
+                fleet_tx.clone(),
+                presence.clone(),
+                &mut tasks,
+                shutdown.clone(),
+            )
+            .await
+            .map_err(anyhow::Error::from)?;
+            let ready = control_tx.clone();
+            tasks.spawn(async move {
+                // Forward bots are known once each has had its first attempt; bots that dial in
+                // come when they come, so with a reverse server wait the whole startupWait.
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = started.first_attempts.cancelled(), if !reverse => {}
+                }
+                let _ = ready.send(Control::Ready).await;
+            });
+        }
+    }
     if let Some((path, (fleet, content))) = fleet {
         // The file's fleet is known before the first plan, so a restart moves nothing.
         for event in Fleet::default().diff(&fleet) {

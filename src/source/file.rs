@@ -153,25 +153,32 @@ impl Fleet {
                         });
                     }
                 }
-                Some((true, _)) => events.push(FleetEvent::BotOffline { platform, bot }),
+                Some((true, _)) => events.push(offline(platform, bot)),
                 _ if *online => events.push(FleetEvent::BotOnline {
                     platform,
                     bot,
                     channels: channels.iter().cloned().collect(),
+                    status: false,
                 }),
                 Some((false, _)) => {}
-                None => events.push(FleetEvent::BotOffline { platform, bot }),
+                None => events.push(offline(platform, bot)),
             }
         }
         for ((platform, bot), (online, _)) in &self.bots {
             if *online && !new.bots.contains_key(&(platform.clone(), bot.clone())) {
-                events.push(FleetEvent::BotOffline {
-                    platform: platform.clone(),
-                    bot: bot.clone(),
-                });
+                events.push(offline(platform.clone(), bot.clone()));
             }
         }
         events
+    }
+}
+
+fn offline(platform: String, bot: String) -> FleetEvent {
+    FleetEvent::BotOffline {
+        platform,
+        bot,
+        reason: "fleet file".to_owned(),
+        status: false,
     }
 }
 

@@ -2,6 +2,7 @@
 //! nothing else.
 
 pub mod file;
+pub mod onebot;
 
 /// Something that happened to a bot of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -11,10 +12,15 @@ pub enum FleetEvent {
         platform: String,
         bot: String,
         channels: Vec<String>,
+        /// A change of the bot's status (health, login) rather than of its connection.
+        status: bool,
     },
     BotOffline {
         platform: String,
         bot: String,
+        /// Why, for the log: "connection lost", "no heartbeat for 3 intervals", ...
+        reason: String,
+        status: bool,
     },
     ChannelJoined {
         platform: String,

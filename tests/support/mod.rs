@@ -413,3 +413,54 @@ pub fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
     panic!("timed out: {what}");
 }
+
+/// Simulated OneBot bots on their own runtime (so tests can block while they keep talking).
+pub struct Sims {
+    pub rt: tokio::runtime::Runtime,
+    pub bots: Vec<auto_assign::sim::SimBot>,
+    /// Forward-mode urls, in `bots` order (empty for bots that only dial).
+    pub urls: Vec<String>,
+}
+
+impl Sims {
+    /// Bots serving forward connections, heartbeating every 200 ms.
+    pub fn forward(specs: &[(u64, std::ops::RangeInclusive<u64>)]) -> Sims {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut bots = Vec::new();
+        let mut urls = Vec::new();
+        for (id, groups) in specs {
+            let bot = auto_assign::sim::SimBot::new(*id, groups.clone());
+            bot.set_heartbeat_interval(Duration::from_millis(200));
+            urls.push(rt.block_on(bot.listen()).unwrap());
+            bots.push(bot);
+        }
+        Sims { rt, bots, urls }
+    }
+
+    pub fn bot(&self, id: u64) -> &auto_assign::sim::SimBot {
+        self.bots
+            .iter()
+            .find(|b| b.id() == id)
+            .expect("simulated bot")
+    }
+
+    /// `connections:` entries for config.yaml.
+    pub fn connections(&self, token: &str) -> String {
+        self.urls
+            .iter()
+            .map(|u| format!("      - {{url: \"{u}\", accessToken: \"{token}\"}}\n"))
+            .collect()
+    }
+}
+
+impl Drop for Sims {
+    fn drop(&mut self) {
+        for bot in &self.bots {
+            bot.stop();
+        }
+    }
+}

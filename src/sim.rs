@@ -1,0 +1,455 @@
+//! A OneBot v11 implementation simulator, for tests and the benchmark: it plays NapCat's side
+//! over real WebSockets, as a forward server auto-assign dials or as a reverse client that
+//! dials auto-assign.
+//!
+//! It sends the `connect` lifecycle event and heartbeats (with a settable `status.online`),
+//! answers `get_login_info`, `get_group_list`, `get_status`, `get_group_member_info` (unknown
+//! actions get retcode 1404), pushes the bot's own join/leave notices and `bot_offline`, and
+//! misbehaves on request: garbage frames, silence, slow answers, failing status, a wrong token.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
+use tokio_util::sync::CancellationToken;
+
+/// One simulated bot (a QQ account behind a OneBot implementation).
+#[derive(Clone)]
+pub struct SimBot {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: u64,
+    groups: Mutex<BTreeSet<u64>>,
+    online: AtomicBool,
+    heartbeats: AtomicBool,
+    heartbeat_ms: AtomicU64,
+    silent: AtomicBool,
+    slow_ms: AtomicU64,
+    garbage: AtomicBool,
+    status_failing: AtomicBool,
+    token: Mutex<String>,
+    clients: Mutex<Vec<(mpsc::Sender<Message>, CancellationToken)>>,
+    connections: AtomicUsize,
+    refused: AtomicUsize,
+    calls: Mutex<Vec<String>>,
+    shutdown: CancellationToken,
+}
+
+impl SimBot {
+    pub fn new(id: u64, groups: impl IntoIterator<Item = u64>) -> SimBot {
+        SimBot {
+            inner: Arc::new(Inner {
+                id,
+                groups: Mutex::new(groups.into_iter().collect()),
+                online: AtomicBool::new(true),
+                heartbeats: AtomicBool::new(true),
+                heartbeat_ms: AtomicU64::new(1000),
+                silent: AtomicBool::new(false),
+                slow_ms: AtomicU64::new(0),
+                garbage: AtomicBool::new(false),
+                status_failing: AtomicBool::new(false),
+                token: Mutex::new(String::new()),
+                clients: Mutex::default(),
+                connections: AtomicUsize::new(0),
+                refused: AtomicUsize::new(0),
+                calls: Mutex::default(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The token a forward client must present, or that the reverse client sends.
+    pub fn set_token(&self, token: &str) {
+        *lock(&self.inner.token) = token.to_owned();
+    }
+
+    /// Serves forward connections on a free loopback port; returns the `ws://` url.
+    pub async fn listen(&self) -> std::io::Result<String> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr: SocketAddr = listener.local_addr()?;
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            loop {
+                let stream = tokio::select! {
+                    _ = inner.shutdown.cancelled() => return,
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(_) => continue,
+                    },
+                };
+                let inner = inner.clone();
+                tokio::spawn(async move {
+                    let token = lock(&inner.token).clone();
+                    let refused = Arc::new(AtomicBool::new(false));
+                    let flag = refused.clone();
+                    let check = move |req: &Request,
+                                      resp: Response|
+                          -> Result<Response, ErrorResponse> {
+                        if token.is_empty() || presented(req).as_deref() == Some(token.as_str()) {
+                            Ok(resp)
+                        } else {
+                            flag.store(true, Ordering::Relaxed);
+                            let mut refusal = ErrorResponse::new(Some("bad token".to_owned()));
+                            *refusal.status_mut() = StatusCode::UNAUTHORIZED;
+                            Err(refusal)
+                        }
+                    };
+                    match tokio_tungstenite::accept_hdr_async(stream, check).await {
+                        Ok(ws) => serve(inner, ws).await,
+                        Err(_) if refused.load(Ordering::Relaxed) => {
+                            inner.refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {}
+                    }
+                });
+            }
+        });
+        Ok(format!("ws://{addr}"))
+    }
+
+    /// Dials a reverse server (and redials every 200 ms while not connected) until stopped.
+    pub fn dial(&self, url: &str) {
+        let inner = self.inner.clone();
+        let url = url.to_owned();
+        tokio::spawn(async move {
+            while !inner.shutdown.is_cancelled() {
+                let mut request = url.as_str().into_client_request().expect("valid url");
+                let headers = request.headers_mut();
+                headers.insert("X-Self-ID", HeaderValue::from(inner.id));
+                headers.insert("X-Client-Role", HeaderValue::from_static("Universal"));
+                headers.insert("User-Agent", HeaderValue::from_static("OneBot/11"));
+                let token = lock(&inner.token).clone();
+                if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
+                    headers.insert("Authorization", v);
+                }
+                match tokio_tungstenite::connect_async(request).await {
+                    Ok((ws, _)) => serve(inner.clone(), ws).await,
+                    Err(tokio_tungstenite::tungstenite::Error::Http(r))
+                        if r.status() == StatusCode::UNAUTHORIZED =>
+                    {
+                        inner.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {}
+                }
+                tokio::select! {
+                    _ = inner.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+        });
+    }
+
+    /// `status.online` in heartbeats and `get_status`.
+    pub fn set_online(&self, online: bool) {
+        self.inner.online.store(online, Ordering::Relaxed);
+    }
+
+    pub fn set_heartbeats(&self, on: bool) {
+        self.inner.heartbeats.store(on, Ordering::Relaxed);
+    }
+
+    pub fn set_heartbeat_interval(&self, interval: Duration) {
+        self.inner
+            .heartbeat_ms
+            .store(interval.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Answers nothing and sends nothing (heartbeats included).
+    pub fn set_silent(&self, on: bool) {
+        self.inner.silent.store(on, Ordering::Relaxed);
+    }
+
+    /// Delays every answer.
+    pub fn set_slow(&self, delay: Duration) {
+        self.inner
+            .slow_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Sends a burst of garbage frames every 50 ms.
+    pub fn set_garbage(&self, on: bool) {
+        self.inner.garbage.store(on, Ordering::Relaxed);
+    }
+
+    /// `get_status` answers `online: false` (heartbeats are unaffected).
+    pub fn set_status_failing(&self, on: bool) {
+        self.inner.status_failing.store(on, Ordering::Relaxed);
+    }
+
+    /// The bot joins a group and says so.
+    pub fn join(&self, group: u64) {
+        lock(&self.inner.groups).insert(group);
+        self.push(
+            json!({"post_type": "notice", "notice_type": "group_increase", "sub_type": "approve",
+            "group_id": group, "user_id": self.inner.id, "operator_id": 0}),
+        );
+    }
+
+    /// The bot leaves a group (`leave`, `kick_me`, `disband`) and says so.
+    pub fn leave(&self, group: u64, sub_type: &str) {
+        lock(&self.inner.groups).remove(&group);
+        self.push(
+            json!({"post_type": "notice", "notice_type": "group_decrease", "sub_type": sub_type,
+            "group_id": group, "user_id": self.inner.id, "operator_id": self.inner.id}),
+        );
+    }
+
+    /// The account is logged out: a `bot_offline` notice, then heartbeats say offline.
+    pub fn bot_offline(&self) {
+        self.set_online(false);
+        self.push(
+            json!({"post_type": "notice", "notice_type": "bot_offline", "user_id": self.inner.id,
+            "tag": "账号已下线", "message": "下线通知"}),
+        );
+    }
+
+    /// Sends a frame to every connected client.
+    pub fn push_raw(&self, text: &str) {
+        for (client, _) in lock(&self.inner.clients).iter() {
+            let _ = client.try_send(Message::text(text.to_owned()));
+        }
+    }
+
+    fn push(&self, mut event: Value) {
+        event["time"] = json!(now_s());
+        event["self_id"] = json!(self.inner.id);
+        self.push_raw(&event.to_string());
+    }
+
+    /// Closes every open connection (a reverse client redials; forward clients redial us).
+    pub fn disconnect(&self) {
+        for (_, close) in lock(&self.inner.clients).drain(..) {
+            close.cancel();
+        }
+    }
+
+    pub fn stop(&self) {
+        self.inner.shutdown.cancel();
+        self.disconnect();
+    }
+
+    /// Connections accepted or made so far.
+    pub fn connections(&self) -> usize {
+        self.inner.connections.load(Ordering::Relaxed)
+    }
+
+    /// Handshakes refused for a wrong token so far.
+    pub fn refused(&self) -> usize {
+        self.inner.refused.load(Ordering::Relaxed)
+    }
+
+    /// How many times an action was called.
+    pub fn calls(&self, action: &str) -> usize {
+        lock(&self.inner.calls)
+            .iter()
+            .filter(|a| *a == action)
+            .count()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn presented(req: &Request) -> Option<String> {
+    let header = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    if let Some(token) = header.and_then(|h| {
+        h.strip_prefix("Bearer ")
+            .or_else(|| h.strip_prefix("Token "))
+    }) {
+        return Some(token.to_owned());
+    }
+    req.uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("access_token=")))
+        .map(str::to_owned)
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One connection, either direction.
+async fn serve<S>(inner: Arc<Inner>, ws: tokio_tungstenite::WebSocketStream<S>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    inner.connections.fetch_add(1, Ordering::Relaxed);
+    let (mut sink, mut stream) = ws.split();
+    let (out, mut out_rx) = mpsc::channel::<Message>(1024);
+    let closed = CancellationToken::new();
+    lock(&inner.clients).push((out.clone(), closed.clone()));
+    let writer = {
+        let closed = closed.clone();
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    _ = closed.cancelled() => break,
+                    msg = out_rx.recv() => msg,
+                };
+                let Some(msg) = msg else { break };
+                if sink.send(msg).await.is_err() {
+                    break;
+                }
+            }
+            let _ = sink.close().await;
+            closed.cancel();
+        })
+    };
+    let event = |inner: &Inner, mut e: Value| {
+        e["time"] = json!(now_s());
+        e["self_id"] = json!(inner.id);
+        Message::text(e.to_string())
+    };
+    let _ = out
+        .send(event(&inner, json!({"post_type": "meta_event", "meta_event_type": "lifecycle", "sub_type": "connect"})))
+        .await;
+    // Heartbeats and garbage run beside the reader.
+    let beat = {
+        let (inner, out, closed) = (inner.clone(), out.clone(), closed.clone());
+        tokio::spawn(async move {
+            loop {
+                let interval =
+                    Duration::from_millis(inner.heartbeat_ms.load(Ordering::Relaxed).max(10));
+                tokio::select! {
+                    _ = closed.cancelled() => return,
+                    _ = inner.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(interval) => {}
+                }
+                if inner.heartbeats.load(Ordering::Relaxed) && !inner.silent.load(Ordering::Relaxed)
+                {
+                    let online = inner.online.load(Ordering::Relaxed);
+                    let hb = event(
+                        &inner,
+                        json!({"post_type": "meta_event", "meta_event_type": "heartbeat",
+                        "status": {"online": online, "good": true}, "interval": interval.as_millis() as u64}),
+                    );
+                    if out.send(hb).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+    };
+    let garbage = {
+        let (inner, out, closed) = (inner.clone(), out.clone(), closed.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = closed.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+                if inner.garbage.load(Ordering::Relaxed) {
+                    for junk in GARBAGE {
+                        if out.try_send(Message::text(*junk)).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = out.try_send(Message::binary(vec![0u8, 159, 146, 150]));
+                }
+            }
+        })
+    };
+    loop {
+        let msg = tokio::select! {
+            _ = closed.cancelled() => break,
+            _ = inner.shutdown.cancelled() => break,
+            msg = stream.next() => msg,
+        };
+        let Some(Ok(msg)) = msg else { break };
+        let Message::Text(text) = msg else { continue };
+        let Ok(request) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let action = request["action"].as_str().unwrap_or("").to_owned();
+        lock(&inner.calls).push(action.clone());
+        let (inner, out) = (inner.clone(), out.clone());
+        tokio::spawn(async move {
+            if inner.silent.load(Ordering::Relaxed) {
+                return;
+            }
+            let slow = inner.slow_ms.load(Ordering::Relaxed);
+            if slow > 0 {
+                tokio::time::sleep(Duration::from_millis(slow)).await;
+            }
+            let reply = answer(&inner, &action, &request["params"], request["echo"].clone());
+            let _ = out.send(Message::text(reply.to_string())).await;
+        });
+    }
+    lock(&inner.clients).retain(|(c, _)| !c.same_channel(&out));
+    closed.cancel();
+    drop(out);
+    beat.abort();
+    garbage.abort();
+    let _ = writer.await;
+}
+
+const GARBAGE: &[&str] = &[
+    "this is not json",
+    "{\"post_type\": \"notice\", \"notice_type\": \"group_increase\", \"self_id\": ",
+    "[1, 2, 3]",
+    "{\"hello\": \"world\"}",
+    "{\"post_type\": \"notice\", \"notice_type\": \"group_increase\", \"self_id\": 1, \"user_id\": 1, \"group_id\": \"x\"}",
+    "{\"status\": \"ok\", \"retcode\": 0, \"echo\": \"nobody-asked\", \"data\": null}",
+];
+
+fn answer(inner: &Inner, action: &str, params: &Value, echo: Value) -> Value {
+    let ok = |data: Value| json!({"status": "ok", "retcode": 0, "data": data, "echo": echo, "message": "", "wording": ""});
+    match action {
+        "get_login_info" => {
+            ok(json!({"user_id": inner.id, "nickname": format!("sim-{}", inner.id)}))
+        }
+        "get_group_list" => {
+            let groups = lock(&inner.groups);
+            ok(Value::Array(
+                groups
+                    .iter()
+                    .map(|g| json!({"group_id": g, "group_name": format!("group {g}"), "member_count": 42, "max_member_count": 500}))
+                    .collect(),
+            ))
+        }
+        "get_status" => {
+            let online = inner.online.load(Ordering::Relaxed)
+                && !inner.status_failing.load(Ordering::Relaxed);
+            ok(json!({"online": online, "good": true, "stat": {}}))
+        }
+        "get_group_member_info" => {
+            let group = params["group_id"].clone();
+            ok(
+                json!({"group_id": group, "user_id": params["user_id"], "nickname": format!("sim-{}", inner.id),
+                "role": "member", "card": "", "title": ""}),
+            )
+        }
+        _ => {
+            json!({"status": "failed", "retcode": 1404, "data": null, "echo": echo, "message": "不支持的Api", "wording": "不支持的Api"})
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The OneBot v11 source end to end: simulated bots over real WebSockets (both connection
+//! modes), the real service binary, a real SQLite file.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use support::{Db, Service, Sims, TempDir, eventually, free_port};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// 1001 in 100001..=100012, 1002 in 100001..=100008, 1003 in 100005..=100012.
+fn three() -> Sims {
+    Sims::forward(&[
+        (1001, 100001..=100012),
+        (1002, 100001..=100008),
+        (1003, 100005..=100012),
+    ])
+}
+
+fn config(onebot: &str) -> String {
+    format!(
+        "balanceInterval: 600
+triggerDelays: {{startup: 0, botStatus: 0.3, botOnline: 0.3, botOffline: 0.3, channelJoined: 0.5, channelLeft: 0.3}}
+database: {{url: \"sqlite://state.db\"}}
+sources:
+  onebot:
+    actionTimeout: 2
+    offlineGrace: 1
+    startupWait: 5
+    groupListRefresh: 600
+    health: {{probeInterval: 600}}
+{onebot}"
+    )
+}
+
+fn loads(rows: &BTreeMap<String, String>) -> Vec<usize> {
+    let mut loads = BTreeMap::new();
+    for bot in rows.values().filter(|b| !b.is_empty()) {
+        *loads.entry(bot.clone()).or_insert(0) += 1;
+    }
+    loads.into_values().collect()
+}
+
+fn committed(db: &Db, n: usize, service: &Service) {
+    let until = Instant::now() + WAIT;
+    while db.history().len() < n {
+        assert!(
+            Instant::now() < until,
+            "timed out waiting for {n} rebalances; log:\n{}",
+            service.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn heartbeats_offline_recovery_and_membership_notices() {
+    let sims = three();
+    let dir = TempDir::new("onebot-e2e");
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!("    connections:\n{}", sims.connections(""))),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+
+    // Three bots sharing groups: a balanced first assignment.
+    committed(&db, 1, &service);
+    let first = db.channels("onebot");
+    assert_eq!(first.len(), 12);
+    assert_eq!(loads(&first), [4, 4, 4], "{first:?}");
+    assert!(db.history()[0].0.contains("startup"));
+
+    // 1002 stops heartbeating (after a few, so its interval is known): offline after 3
+    // intervals (0.6 s) plus the status delay.
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = Instant::now();
+    sims.bot(1002).set_heartbeats(false);
+    committed(&db, 2, &service);
+    // The last heartbeat came up to one interval before the stop: at least 2 intervals + delay.
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(700),
+        "{:?}",
+        stopped.elapsed()
+    );
+    service.wait_for("no heartbeat for 3 intervals", 1, WAIT);
+    let second = db.channels("onebot");
+    let moved = first.keys().filter(|c| first[*c] != second[*c]).count();
+    let on_1002 = first.values().filter(|b| *b == "1002").count();
+    assert_eq!(loads(&second), [6, 6]);
+    let history = db.history();
+    assert!(history[1].0.contains("bot-status"), "{history:?}");
+    // 1002's groups move (forced); the others only as far as balance needs (at most 2 here).
+    assert_eq!(history[1].2 as usize, on_1002);
+    assert_eq!(moved, on_1002 + history[1].3 as usize);
+    assert!(history[1].3 <= 2, "{history:?}");
+
+    // It comes back: rebalanced with the minimum moves (exactly its share).
+    sims.bot(1002).set_heartbeats(true);
+    committed(&db, 3, &service);
+    assert_eq!(loads(&db.channels("onebot")), [4, 4, 4]);
+    assert_eq!(
+        (db.history()[2].2, db.history()[2].3),
+        (0, 4),
+        "{:?}",
+        db.history()
+    );
+
+    // 1003 joins a new group: assigned after the join delay.
+    let joined = Instant::now();
+    sims.bot(1003).join(100013);
+    committed(&db, 4, &service);
+    assert!(joined.elapsed() >= Duration::from_millis(500));
+    assert_eq!(db.channels("onebot")["100013"], "1003");
+    assert!(db.history()[3].0.contains("channel-joined"));
+
+    // 1003 is kicked from a group 1001 is also in: 1001 takes it.
+    sims.bot(1003).leave(100009, "kick_me");
+    committed(&db, 5, &service);
+    assert_eq!(db.channels("onebot")["100009"], "1001");
+
+    // A bot_offline notice, then the account is back.
+    sims.bot(1001).bot_offline();
+    committed(&db, 6, &service);
+    assert!(db.channels("onebot").values().all(|b| b != "1001"));
+    service.wait_for("bot_offline notice", 1, WAIT);
+    sims.bot(1001).set_online(true);
+    committed(&db, 7, &service);
+    assert_eq!(loads(&db.channels("onebot")).iter().sum::<usize>(), 13);
+    assert!(db.channels("onebot").values().any(|b| b == "1001"));
+    assert!(service.stop().success());
+}
+
+#[test]
+fn a_lost_connection_counts_after_the_grace_period() {
+    let sims = three();
+    let dir = TempDir::new("onebot-grace");
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!("    connections:\n{}", sims.connections(""))),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+    committed(&db, 1, &service);
+
+    // A short drop (the client redials at once): no offline, no rebalance.
+    sims.bot(1003).disconnect();
+    eventually("1003 reconnected", WAIT, || {
+        sims.bot(1003).connections() >= 2
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        db.history().len(),
+        1,
+        "a quick reconnect caused a rebalance"
+    );
+
+    // Gone for good: offline after the grace period.
+    sims.bot(1003).stop();
+    committed(&db, 2, &service);
+    service.wait_for("connection lost for more than", 1, WAIT);
+    assert!(db.channels("onebot").values().all(|b| b != "1003"));
+    assert!(service.stop().success());
+}
+
+#[test]
+fn wrong_tokens_are_refused_and_reported() {
+    let sims = three();
+    sims.bot(1003).set_token("right");
+    let dir = TempDir::new("onebot-token");
+    let port = free_port();
+    let connections: String = sims
+        .urls
+        .iter()
+        .zip([1001, 1002, 1003])
+        .map(|(u, id)| {
+            let token = if id == 1003 { "wrong" } else { "" };
+            format!("      - {{url: \"{u}\", accessToken: \"{token}\"}}\n")
+        })
+        .collect();
+    let reverse = format!("    reverse: {{bind: \"127.0.0.1:{port}\", accessToken: \"secret\"}}\n");
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!("{reverse}    connections:\n{connections}")),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+
+    // A bot dialing the reverse server with a wrong token.
+    let intruder = auto_assign::sim::SimBot::new(1009, [100001]);
+    intruder.set_token("nope");
+    {
+        let _guard = sims.rt.enter();
+        intruder.dial(&format!("ws://127.0.0.1:{port}/onebot/v11/ws"));
+    }
+    service.wait_for("authentication failed (HTTP 401 Unauthorized)", 1, WAIT);
+    service.wait_for("X-Self-ID 1009) refused: wrong access token", 1, WAIT);
+    eventually("intruder refused", WAIT, || intruder.refused() >= 1);
+    assert!(sims.bot(1003).refused() >= 1);
+    committed(&db, 1, &service);
+    let rows = db.channels("onebot");
+    assert!(
+        rows.values().all(|b| b == "1001" || b == "1002"),
+        "{rows:?}"
+    );
+    assert_eq!(rows.len(), 12);
+    intruder.stop();
+    assert!(service.stop().success());
+}
+
+#[test]
+fn reverse_connections_and_a_duplicate_self_id() {
+    let dir = TempDir::new("onebot-reverse");
+    let port = free_port();
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!(
+            "    reverse: {{bind: \"127.0.0.1:{port}\", accessToken: \"secret\"}}\n"
+        ))
+        .replace("startupWait: 5", "startupWait: 1.5"),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+    let sims = Sims::forward(&[]);
+    let url = format!("ws://127.0.0.1:{port}/onebot/v11/ws");
+    let bots: Vec<_> = [
+        (1001u64, 100001..=100012),
+        (1002, 100001..=100008),
+        (1003, 100005..=100012),
+    ]
+    .into_iter()
+    .map(|(id, groups)| {
+        let bot = auto_assign::sim::SimBot::new(id, groups);
+        bot.set_token("secret");
+        bot.set_heartbeat_interval(Duration::from_millis(200));
+        let _guard = sims.rt.enter();
+        bot.dial(&url);
+        bot
+    })
+    .collect();
+    committed(&db, 1, &service);
+    assert_eq!(loads(&db.channels("onebot")), [4, 4, 4]);
+
+    // The same account dials again (say, a second NapCat process): it replaces the first
+    // connection without the bot ever going offline.
+    let twin = auto_assign::sim::SimBot::new(1002, 100001..=100008);
+    twin.set_token("secret");
+    {
+        let _guard = sims.rt.enter();
+        twin.dial(&url);
+    }
+    service.wait_for(
+        "onebot:1002: a new connection replaces the previous one",
+        1,
+        WAIT,
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(db.history().len(), 1, "no offline/online flap");
+    let mut service = service;
+    assert!(service.is_running());
+    twin.stop();
+    for b in bots {
+        b.stop();
+    }
+    assert!(service.stop().success());
+}
+
+#[test]
+fn misbehaving_bots_do_not_disturb_the_others() {
+    let sims = Sims::forward(&[
+        (1001, 100001..=100012),
+        (1002, 100001..=100008),
+        (1003, 100005..=100012),
+        (1004, 100001..=100012),
+        (1005, 100001..=100012),
+    ]);
+    sims.bot(1003).set_garbage(true);
+    sims.bot(1004).set_silent(true);
+    sims.bot(1005).set_slow(Duration::from_millis(300));
+    let dir = TempDir::new("onebot-misbehave");
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!("    connections:\n{}", sims.connections(""))),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+    committed(&db, 1, &service);
+    // The silent one never logs in; the garbage one and the slow one are assigned.
+    service.wait_for("get_login_info no answer within 2s", 1, WAIT);
+    service.wait_for("ignored frame: malformed JSON", 1, WAIT);
+    let rows = db.channels("onebot");
+    assert_eq!(rows.len(), 12);
+    assert!(rows.values().all(|b| b != "1004"));
+    let l = loads(&rows);
+    assert_eq!(l.len(), 4, "{rows:?}");
+    assert_eq!(
+        l.iter().max().unwrap() - l.iter().min().unwrap(),
+        0,
+        "{rows:?}"
+    );
+
+    // Life goes on: a well-behaved bot goes offline and its groups move.
+    sims.bot(1001).set_heartbeats(false);
+    committed(&db, 2, &service);
+    assert!(db.channels("onebot").values().all(|b| b != "1001"));
+    let log = service.log();
+    assert!(!log.contains("panicked"), "{log}");
+    let noisy = log
+        .lines()
+        .filter(|l| l.contains("onebot:1003") && l.contains("ignored"))
+        .count();
+    assert!(
+        noisy <= 10,
+        "garbage logging is not rate limited: {noisy} lines"
+    );
+    assert!(service.stop().success());
+}
+
+#[test]
+fn failing_status_probes_quarantine_the_bot_until_one_succeeds() {
+    let sims = three();
+    let dir = TempDir::new("onebot-health");
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!("    connections:\n{}", sims.connections(""))).replace(
+            "health: {probeInterval: 600}",
+            "health: {probeInterval: 0.2, failureThreshold: 3}",
+        ),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+    committed(&db, 1, &service);
+    sims.bot(1002).set_status_failing(true);
+    service.wait_for(
+        "onebot:1002: quarantined after 3 failed status probes",
+        1,
+        WAIT,
+    );
+    committed(&db, 2, &service);
+    assert!(db.channels("onebot").values().all(|b| b != "1002"));
+    // The connection was reset; the client redials, the probe still fails: refused again.
+    eventually("1002 redialed", WAIT, || sims.bot(1002).connections() >= 2);
+    sims.bot(1002).set_status_failing(false);
+    service.wait_for(
+        "onebot:1002: status probe succeeded, quarantine lifted",
+        1,
+        WAIT,
+    );
+    committed(&db, 3, &service);
+    assert_eq!(loads(&db.channels("onebot")), [4, 4, 4]);
+    assert!(service.stop().success());
+}
