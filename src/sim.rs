@@ -99,6 +99,7 @@ impl SimBot {
                     let token = lock(&inner.token).clone();
                     let refused = Arc::new(AtomicBool::new(false));
                     let flag = refused.clone();
+                    #[allow(clippy::result_large_err)] // the signature is tungstenite's
                     let check = move |req: &Request,
                                       resp: Response|
                           -> Result<Response, ErrorResponse> {

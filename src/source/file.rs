@@ -254,7 +254,8 @@ mod tests {
                 FleetEvent::BotOnline {
                     platform: "discord".into(),
                     bot: "4".into(),
-                    channels: vec![]
+                    channels: vec![],
+                    status: false
                 },
                 FleetEvent::ChannelLeft {
                     platform: p(),
@@ -266,14 +267,12 @@ mod tests {
                     bot: "1".into(),
                     channel: "c".into()
                 },
-                FleetEvent::BotOffline {
-                    platform: p(),
-                    bot: "2".into()
-                },
+                offline(p(), "2".into()),
                 FleetEvent::BotOnline {
                     platform: p(),
                     bot: "3".into(),
-                    channels: vec!["a".into()]
+                    channels: vec!["a".into()],
+                    status: false
                 },
             ]
         );

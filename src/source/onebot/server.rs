@@ -63,6 +63,7 @@ async fn accept(
 ) {
     let _ = stream.set_nodelay(true);
     let claimed = Arc::new(Mutex::new(None));
+    #[allow(clippy::result_large_err)] // the signature is tungstenite's
     let check = {
         let claimed = claimed.clone();
         let settings = settings.clone();
