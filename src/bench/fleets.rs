@@ -36,6 +36,9 @@ pub fn all(large: bool) -> Vec<Generator> {
         }),
     ];
     if large {
+        fleets.push(("uniform-200x5000", |s| {
+            uniform(s, "uniform-200x5000", 200, 5000)
+        }));
         fleets.push(("zipf-1m", |s| zipf(s, "zipf-1m", 2000, 1_000_000, SINGLES)));
         fleets.push(("zipf-1m-redundant", |s| {
             zipf(s, "zipf-1m-redundant", 2000, 1_000_000, REDUNDANT)
@@ -107,6 +110,27 @@ fn nested(s: u64, name: &'static str, fractions: &[f64], channels: usize) -> Fle
     }
     for &b in &bots {
         p.set_online(b, true);
+    }
+    p.take_journal();
+    Fleet {
+        name,
+        index,
+        rules: Rules::default(),
+    }
+}
+
+/// The OneBot benchmark's shape: every bot in `groups` groups drawn uniformly from a pool of
+/// 2.5 memberships per group (so almost every group has several bots and all bots are alike).
+fn uniform(s: u64, name: &'static str, bots: usize, groups: usize) -> Fleet {
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let mut index = FleetIndex::new();
+    let p = index.platform_mut(PLATFORM);
+    let pool = bots * groups * 2 / 5;
+    let mut ids: Vec<usize> = (0..pool).collect();
+    for b in 0..bots {
+        ids.shuffle(&mut rng);
+        let channels: Vec<String> = ids[..groups].iter().map(|&g| channel_id(g)).collect();
+        p.bot_online(&bot_id(b), &channels);
     }
     p.take_journal();
     Fleet {

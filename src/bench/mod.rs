@@ -6,6 +6,7 @@
 //! `/proc/self/clear_refs` before it), so it includes the fleet index itself.
 
 pub mod fleets;
+pub mod onebot;
 
 use std::time::{Duration, Instant};
 
@@ -24,9 +25,24 @@ pub struct Args {
     /// Only fleets whose name contains this.
     #[arg(long)]
     pub only: Option<String>,
+    /// Instead: the service against simulated OneBot bots over loopback.
+    #[arg(long)]
+    pub onebot: bool,
+    /// Simulated bots (with --onebot).
+    #[arg(long, default_value_t = 200)]
+    pub bots: usize,
+    /// Groups per simulated bot (with --onebot).
+    #[arg(long, default_value_t = 5000)]
+    pub groups: usize,
 }
 
 pub fn run(args: &Args) {
+    if args.onebot {
+        if let Err(e) = onebot::run(args.bots, args.groups, args.seed) {
+            eprintln!("error: {e:#}");
+        }
+        return;
+    }
     if cfg!(debug_assertions) {
         println!("note: debug build; run `cargo run --release -- bench` for meaningful times");
     }

@@ -220,7 +220,9 @@ impl Flow {
     }
 
     /// Moves every channel waiting on the source along its cheapest arc (highest price net of
-    /// the move cost), so every arc the channel then offers stays non-negative.
+    /// the move cost), so every arc the channel then offers stays non-negative. Among equally
+    /// cheap members the one with the most room under its flow to T takes it, so most channels
+    /// land where they can stay.
     fn place_waiting(&mut self, ex: &mut Exchange) {
         while ex.load(SOURCE) > 0 {
             let channel = ex
@@ -232,7 +234,8 @@ impl Flow {
                 .members(channel)
                 .max_by_key(|&m| {
                     let cost = Cost::moves(ex.kind_of(channel, SOURCE, m).cost());
-                    (self.pot[m as usize] - cost, std::cmp::Reverse(m))
+                    let room = self.f[m as usize] - ex.load(m) as i64;
+                    (self.pot[m as usize] - cost, room, std::cmp::Reverse(m))
                 })
                 .expect("a waiting channel has a member");
             ex.move_to(channel, best);
@@ -268,8 +271,9 @@ impl Flow {
     /// One shortest-path phase from `start`, then as many pushes along zero-reduced-cost paths
     /// inside the searched region as `start` needs.
     fn phase(&mut self, ex: &mut Exchange, search: &mut Search, start: u32, dir: Dir) {
+        let want = self.imbalance(ex, start).abs();
         let reach = search
-            .dijkstra(self, ex, start, dir)
+            .dijkstra(self, ex, start, dir, want)
             .expect("every channel has a bot that can take it");
         // π += min(d, D) forward (π −= min(d, D) backward), less a constant: only settled
         // nodes change.
@@ -283,11 +287,17 @@ impl Flow {
             };
             self.add_pot(v, delta);
         }
-        let needs = |flow: &Flow, ex: &Exchange| match dir {
-            Dir::Forward => flow.imbalance(ex, start) > 0,
-            Dir::Backward => flow.imbalance(ex, start) < 0,
+        let needs = |flow: &Flow, ex: &Exchange, v: u32| match dir {
+            Dir::Forward => flow.imbalance(ex, v) > 0,
+            Dir::Backward => flow.imbalance(ex, v) < 0,
         };
-        while needs(self, ex) && search.augment(self, ex, start, dir) {}
+        while needs(self, ex, start) && search.augment(self, ex, start, dir) {}
+        // Any other imbalance of the same sign in the region may use the same zero-reduced-cost
+        // paths: pushing along them keeps the invariant, and saves it a search of its own.
+        for i in 0..search.settled.len() {
+            let v = search.settled[i];
+            while v != start && needs(self, ex, v) && search.augment(self, ex, v, dir) {}
+        }
     }
 }
 
@@ -347,22 +357,41 @@ impl Search {
         }
     }
 
-    /// Reduced distances from `start` until the nearest imbalance of the other sign is settled;
-    /// returns its distance. Settled nodes form the region the pushes of this phase stay in.
-    fn dijkstra(&mut self, flow: &Flow, ex: &Exchange, start: u32, dir: Dir) -> Option<Cost> {
+    /// Reduced distances from `start` until the nearest imbalance of the other sign is settled
+    /// at distance D; returns D. When `start` has more than one unit to move, it goes on until
+    /// `want` such ends are settled or the distance exceeds D, so one phase can serve them all.
+    /// Settled nodes form the region the pushes of this phase stay in.
+    fn dijkstra(
+        &mut self,
+        flow: &Flow,
+        ex: &Exchange,
+        start: u32,
+        dir: Dir,
+        want: i64,
+    ) -> Option<Cost> {
         self.reset();
         let mut heap = BinaryHeap::new();
         self.dist[start as usize] = Some(Cost::ZERO);
         self.touched.push(start);
         heap.push(Reverse((Cost::ZERO, true, start)));
+        let mut reach: Option<Cost> = None;
+        let mut ends = 0;
         while let Some(Reverse((d, not_end, v))) = heap.pop() {
+            if reach.is_some_and(|r| d > r) {
+                break;
+            }
             if self.region[v as usize] || self.dist[v as usize] != Some(d) {
                 continue;
             }
             self.region[v as usize] = true;
             self.settled.push(v);
             if !not_end {
-                return Some(d);
+                reach.get_or_insert(d);
+                ends += 1;
+                if ends >= want {
+                    break;
+                }
+                continue;
             }
             for i in 0..flow.steps(ex, v, dir) {
                 let Some(step) = flow.step(ex, v, i, dir) else {
@@ -378,16 +407,21 @@ impl Search {
                     self.dist[to as usize] = Some(nd);
                     let end = Self::is_end(flow, ex, to, dir);
                     if end && r == Cost::ZERO {
-                        // Nothing left in the heap is closer than `d`: done.
+                        // Nothing left in the heap is closer than `d`: settle it now.
                         self.region[to as usize] = true;
                         self.settled.push(to);
-                        return Some(nd);
+                        reach.get_or_insert(nd);
+                        ends += 1;
+                        if ends >= want {
+                            return reach;
+                        }
+                        continue;
                     }
                     heap.push(Reverse((nd, !end, to)));
                 }
             }
         }
-        None
+        reach
     }
 
     /// Finds a zero-reduced-cost path from `start` to an imbalance of the other sign inside the

@@ -249,6 +249,15 @@ impl State {
     /// at the bot is then non-negative; the donors' deficits are routed by the next settle.
     fn activate(&mut self, index: &PlatformIndex, v: u32) {
         let (ex, flow) = (&mut self.ex, &mut self.flow);
+        // Channels waiting for this very bot alone (its single-bot channels, or pinned to it)
+        // can only go here: they are its base load, not offers.
+        let mut fixed = 0i64;
+        for &c in index.channels_of(v - 1) {
+            if ex.contains(c) && ex.at(c) == SOURCE && ex.members(c).all(|m| m == v) {
+                ex.move_to(c, v);
+                fixed += 1;
+            }
+        }
         let mut offers: Vec<(Cost, u32)> = index
             .channels_of(v - 1)
             .iter()
@@ -263,19 +272,19 @@ impl State {
             })
             .collect();
         offers.sort_unstable();
-        let mut taken = 0i64;
+        let mut units = fixed;
         let mut last = None;
         for &(price, c) in &offers {
-            if Cost::load(2 * taken + 1) + price >= flow.sink_pot {
+            if Cost::load(2 * units + 1) + price >= flow.sink_pot {
                 break;
             }
             ex.move_to(c, v);
-            taken += 1;
+            units += 1;
             last = Some(price);
         }
-        let floor = flow.sink_pot - Cost::load(2 * taken + 1);
+        let floor = flow.sink_pot - Cost::load(2 * units + 1);
         flow.active[v as usize] = true;
-        flow.f[v as usize] = taken;
+        flow.f[v as usize] = units;
         flow.pot[v as usize] = last.map_or(floor, |p| p.max(floor));
     }
 

@@ -1,0 +1,162 @@
+//! `auto-assign bench --onebot`: the service as operators run it, against simulated bots over
+//! loopback. Starts N simulated bots (forward WebSocket servers) with G groups each, starts
+//! `auto-assign serve` as a child process on a fresh SQLite file, and measures the time from
+//! its start to the first assignment committed, its peak RSS, and the time from one bot's
+//! `bot_offline` notice to the rebalance that moves its groups being committed (trigger delays
+//! set to 0, so this is detection + planning + the write).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::sim::SimBot;
+
+pub fn run(bots: usize, groups_per_bot: usize, seed: u64) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(bench(bots, groups_per_bot, seed))
+}
+
+async fn bench(bots: usize, groups_per_bot: usize, seed: u64) -> anyhow::Result<()> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // 2.5 bots per group on average.
+    let pool = (bots * groups_per_bot * 2 / 5).max(groups_per_bot);
+    let mut ids: Vec<u64> = (0..pool as u64).map(|g| 300_000_000 + g).collect();
+    let mut sims = Vec::with_capacity(bots);
+    let mut urls = Vec::with_capacity(bots);
+    for i in 0..bots {
+        ids.shuffle(&mut rng);
+        let bot = SimBot::new(
+            2_000_000_001 + i as u64,
+            ids[..groups_per_bot].iter().copied(),
+        );
+        bot.set_heartbeat_interval(Duration::from_secs(5));
+        urls.push(bot.listen().await?);
+        sims.push(bot);
+    }
+    println!(
+        "onebot fleet: {bots} simulated bots × {groups_per_bot} groups = {} memberships over {pool} groups (loopback, forward WebSocket)",
+        bots * groups_per_bot
+    );
+
+    let dir = std::env::temp_dir().join(format!("auto-assign-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let connections: String = urls
+        .iter()
+        .map(|u| format!("      - url: \"{u}\"\n"))
+        .collect();
+    let config = format!(
+        "balanceInterval: 3600
+triggerDelays: {{startup: 0, botStatus: 0, botOnline: 0, botOffline: 0, channelJoined: 0, channelLeft: 0}}
+database: {{url: \"sqlite://state.db\"}}
+sources:
+  onebot:
+    actionTimeout: 60
+    startupWait: 300
+    health: {{probeInterval: 3600}}
+    connections:
+{connections}"
+    );
+    let config_path = dir.join("config.yaml");
+    std::fs::write(&config_path, config)?;
+    let db = dir.join("state.db");
+
+    let started = Instant::now();
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["serve", "--config"])
+        .arg(&config_path)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let result = async {
+        wait_for_runs(&db, 1, &mut child).await?;
+        let to_first = started.elapsed();
+        let (assigned, _, _) = last_run(&db).await?;
+        println!("  start → first assignment committed: {:.2} s ({assigned} channels)", to_first.as_secs_f64());
+
+        let victim = &sims[rng.random_range(0..bots)];
+        let offline = Instant::now();
+        victim.bot_offline();
+        wait_for_runs(&db, 2, &mut child).await?;
+        let reaction = offline.elapsed();
+        let (_, forced, voluntary) = last_run(&db).await?;
+        println!(
+            "  bot {} offline (bot_offline notice) → rebalance committed: {:.0} ms, moved {forced} forced + {voluntary} voluntary",
+            victim.id(),
+            reaction.as_secs_f64() * 1e3
+        );
+        println!("  service peak RSS: {}", peak_rss(child.id()).map_or("n/a".to_owned(), |mb| format!("{mb:.0} MB")));
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    for bot in &sims {
+        bot.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn wait_for_runs(db: &Path, n: i64, child: &mut Child) -> anyhow::Result<()> {
+    loop {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("the service exited: {status}");
+        }
+        if db.exists() {
+            let pool = open(db).await?;
+            let count: Result<i64, _> =
+                sqlx::query_scalar("SELECT COUNT(*) FROM auto_assign_rebalance")
+                    .fetch_one(&pool)
+                    .await;
+            pool.close().await;
+            if count.is_ok_and(|c| c >= n) {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// (channels, forced, voluntary) of the last rebalance.
+async fn last_run(db: &Path) -> anyhow::Result<(i64, i64, i64)> {
+    let pool = open(db).await?;
+    let row = sqlx::query_as(
+        "SELECT channels, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await?;
+    pool.close().await;
+    Ok(row)
+}
+
+async fn open(db: &Path) -> anyhow::Result<sqlx::SqlitePool> {
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(db)
+        .read_only(true)
+        .busy_timeout(Duration::from_secs(30));
+    Ok(sqlx::SqlitePool::connect_with(options).await?)
+}
+
+fn peak_rss(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
