@@ -352,3 +352,56 @@ fn failing_status_probes_quarantine_the_bot_until_one_succeeds() {
     assert_eq!(loads(&db.channels("onebot")), [4, 4, 4]);
     assert!(service.stop().success());
 }
+
+#[test]
+fn oversized_frames_reset_only_that_connection_and_floods_are_harmless() {
+    let sims = Sims::forward(&[
+        (1001, 100001..=100012),
+        (1002, 100001..=100008),
+        (1003, 100001..=100600),
+    ]);
+    let dir = TempDir::new("onebot-oversized");
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!(
+            "    maxFrameBytes: 8192\n    connections:\n{}",
+            sims.connections("")
+        )),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+    committed(&db, 1, &service);
+    // 1003's group list is far beyond 8 KiB: its connection is reset, again and again.
+    service.wait_for("onebot:1003", 1, WAIT);
+    let log = service.log();
+    assert!(
+        log.lines().any(|l| l.contains("onebot:1003")
+            && l.contains("connection error")
+            && l.contains("too long")),
+        "{log}"
+    );
+    let rows = db.channels("onebot");
+    assert!(
+        rows.values().all(|b| b == "1001" || b == "1002"),
+        "{rows:?}"
+    );
+
+    // A flood of message events from 1002 changes nothing and costs nothing lasting.
+    let message = r#"{"post_type":"message","message_type":"group","sub_type":"normal","self_id":1002,"group_id":100001,"user_id":42,"message":"spam","raw_message":"spam","font":0,"sender":{}}"#;
+    for _ in 0..20_000 {
+        sims.bot(1002).push_raw(message);
+    }
+    std::thread::sleep(Duration::from_millis(500)); // a few heartbeats first
+    sims.bot(1001).set_heartbeats(false);
+    committed(&db, 2, &service);
+    // 1001's groups move to 1002 where it is a member; the rest have no valid bot left.
+    let rows = db.channels("onebot");
+    assert!(
+        rows.iter()
+            .all(|(c, b)| b == if c.as_str() <= "100008" { "1002" } else { "" }),
+        "{rows:?}"
+    );
+    let mut service = service;
+    assert!(service.is_running());
+    assert!(service.stop().success());
+}
