@@ -22,6 +22,7 @@
 pub mod balance;
 pub mod bench;
 pub mod config;
+pub mod coord;
 pub mod engine;
 pub mod index;
 pub mod model;

@@ -37,8 +37,21 @@ enum Command {
         #[arg(long, default_value = "config.yaml")]
         config: PathBuf,
     },
+    /// Pallas-Bot compatibility tools.
+    #[command(subcommand)]
+    Coord(CoordCommand),
     /// Measures both strategies on seeded synthetic fleets (build with --release).
     Bench(bench::Args),
+}
+
+#[derive(Subcommand)]
+enum CoordCommand {
+    /// Reads JSON lines in the golden vectors' format and writes each with its `result`.
+    Eval {
+        /// Input file (default: stdin).
+        #[arg(long)]
+        input: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +70,7 @@ fn main() -> ExitCode {
             output,
         } => run_plan(&input, strategy, output.as_deref()),
         Command::Serve { config } => serve(&config),
+        Command::Coord(CoordCommand::Eval { input }) => coord_eval(input.as_deref()),
         Command::Bench(args) => {
             bench::run(&args);
             ExitCode::SUCCESS
@@ -83,6 +97,40 @@ fn serve(config: &std::path::Path) -> ExitCode {
             }
         }
     })
+}
+
+fn coord_eval(input: Option<&std::path::Path>) -> ExitCode {
+    use std::io::BufRead;
+    let reader: Box<dyn BufRead> = match input {
+        Some(path) => match File::open(path) {
+            Ok(f) => Box::new(io::BufReader::new(f)),
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => Box::new(io::stdin().lock()),
+    };
+    let mut out = BufWriter::new(io::stdout().lock());
+    for line in reader.lines() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: reading input: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        if writeln!(out, "{}", auto_assign::coord::eval::eval_line(&line)).is_err() {
+            return ExitCode::FAILURE;
+        }
+    }
+    if out.flush().is_err() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_plan(

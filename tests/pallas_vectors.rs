@@ -1,0 +1,121 @@
+//! Golden vectors computed with Pallas-Bot v4.3.9 (tests/data/pallas-vectors.jsonl), and
+//! properties of the normalisation against Python's definitions.
+
+use auto_assign::coord::eval::eval_line;
+use auto_assign::coord::signature::{Signature, is_py_whitespace, normalize_plaintext};
+use proptest::prelude::*;
+use serde_json::Value;
+
+const VECTORS: &str = include_str!("data/pallas-vectors.jsonl");
+
+fn vectors(functions: &[&str]) -> Vec<Value> {
+    VECTORS
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| functions.contains(&v["fn"].as_str().unwrap()))
+        .collect()
+}
+
+#[test]
+fn every_signature_and_key_vector_matches() {
+    let all = vectors(&["signature", "key"]);
+    assert_eq!(all.len(), 92 + 93);
+    for v in &all {
+        let sig = Signature::new(
+            v["group_id"].as_i64().unwrap(),
+            v["user_id"].as_i64().unwrap(),
+            v["body"].as_str().unwrap(),
+            v["message_time"].as_i64().unwrap(),
+            v["use_plaintext"].as_bool().unwrap(),
+            v["include_message_time"].as_bool().unwrap(),
+        );
+        let got = if v["fn"] == "key" {
+            Value::from(sig.key())
+        } else {
+            let mut items = vec![
+                Value::from(sig.group_id),
+                Value::from(sig.user_id),
+                Value::from(sig.body.clone()),
+            ];
+            items.extend(sig.time.map(Value::from));
+            Value::Array(items)
+        };
+        assert_eq!(got, v["result"], "{}", v["id"]);
+    }
+}
+
+#[test]
+fn coord_eval_answers_the_vectors_in_their_own_format() {
+    for v in vectors(&["signature", "key"]) {
+        let mut input = v.clone();
+        input.as_object_mut().unwrap().remove("result");
+        let out: Value = serde_json::from_str(&eval_line(&input.to_string())).unwrap();
+        assert_eq!(out, v, "{}", v["id"]);
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        let expected: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, expected, "field order kept");
+    }
+    let bad: Value = serde_json::from_str(&eval_line(r#"{"fn":"key","group_id":"x"}"#)).unwrap();
+    assert!(bad["error"].as_str().unwrap().contains("group_id"));
+    let unknown: Value = serde_json::from_str(&eval_line(r#"{"fn":"nope"}"#)).unwrap();
+    assert!(unknown["error"].as_str().unwrap().contains("unsupported"));
+    let garbage: Value = serde_json::from_str(&eval_line("{")).unwrap();
+    assert!(garbage["error"].as_str().unwrap().contains("malformed"));
+}
+
+/// Characters that matter: Python whitespace (including U+001C–U+001F and full-width
+/// spaces), look-alikes that are not whitespace (U+200B), CJK, ASCII.
+fn text() -> impl Strategy<Value = String> {
+    let chars = prop_oneof![
+        Just(' '),
+        Just('\t'),
+        Just('\n'),
+        Just('\u{b}'),
+        Just('\u{c}'),
+        Just('\r'),
+        Just('\u{1c}'),
+        Just('\u{1d}'),
+        Just('\u{1e}'),
+        Just('\u{1f}'),
+        Just('\u{85}'),
+        Just('\u{a0}'),
+        Just('\u{1680}'),
+        Just('\u{2000}'),
+        Just('\u{200a}'),
+        Just('\u{2028}'),
+        Just('\u{202f}'),
+        Just('\u{205f}'),
+        Just('\u{3000}'),
+        Just('\u{200b}'),
+        Just('\u{feff}'),
+        Just('牛'),
+        Just('a'),
+        Just('.'),
+    ];
+    proptest::collection::vec(chars, 0..24).prop_map(|v| v.into_iter().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn plaintext_normalisation_is_python_split_and_join(s in text()) {
+        // Python: re.sub(r"\s+", " ", s.strip()) == " ".join(s.split())
+        let reference: Vec<&str> = s.split(is_py_whitespace).filter(|p| !p.is_empty()).collect();
+        let n = normalize_plaintext(&s);
+        prop_assert_eq!(&n, &reference.join(" "));
+        prop_assert_eq!(normalize_plaintext(&n), n.clone(), "idempotent");
+        prop_assert!(!n.starts_with(' ') && !n.ends_with(' ') && !n.contains("  "));
+        prop_assert!(n.chars().all(|c| c == ' ' || !is_py_whitespace(c)));
+    }
+
+    #[test]
+    fn keys_ignore_whitespace_layout_but_not_content(s in text(), g in -1_000_000_000_000i64..1_000_000_000_000, u in 0i64..10_000_000_000) {
+        let spaced = format!("\u{3000} {s}\u{1f}\n");
+        prop_assert_eq!(
+            Signature::new(g, u, &s, 1, true, false).key(),
+            Signature::new(g, u, &spaced, 2, true, false).key()
+        );
+        prop_assert!(Signature::new(g, u, &s, 0, true, false).key() < 1 << 60);
+    }
+}
