@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine: installs what the tests need (PostgreSQL 15 from
-# Debian's packages; the tests start their own servers on free loopback ports), then runs
+# The whole test suite, on a fresh machine: installs what the tests need (PostgreSQL 15 and
+# redis-server from Debian's packages; the tests start their own servers on free loopback
+# ports), then runs
 # formatting, lints and every test (release build: the property tests and the planner are much
 # faster optimised).
 set -euo pipefail
@@ -14,8 +15,15 @@ apt_install() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+missing=()
 if ! [ -x /usr/lib/postgresql/15/bin/initdb ] && ! command -v initdb >/dev/null; then
-  apt_install postgresql
+  missing+=(postgresql)
+fi
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  missing+=(redis-server)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  apt_install "${missing[@]}"
 fi
 
 cargo fmt --all -- --check

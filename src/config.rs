@@ -29,6 +29,34 @@ pub struct Config {
     pub delays: TriggerDelays,
     pub database: Database,
     pub sources: Sources,
+    /// Redis for publication, claims, gates and presence; `None` = no Redis.
+    pub redis: Option<RedisConfig>,
+    pub claims: ClaimsConfig,
+    pub api: ApiConfig,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Prefix of the assignment publication keys.
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimsConfig {
+    /// Redis claim keys are `{key_prefix}:{plugin}:{group}:{key}`.
+    pub key_prefix: String,
+    pub ttl: u64,
+    /// File claims (no Redis) live under `{data_dir}/{plugin}/message_claims/`.
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiConfig {
+    /// `None`: no HTTP API.
+    pub bind: Option<std::net::SocketAddr>,
+    pub token: String,
+    pub max_body_bytes: usize,
 }
 
 /// How long after an event of each kind the rebalance runs (the plugin's trigger table).
@@ -92,6 +120,60 @@ struct Raw {
     database: RawDatabase,
     #[serde(default)]
     sources: RawSources,
+    #[serde(default)]
+    redis: Option<RawRedis>,
+    #[serde(default)]
+    claims: RawClaims,
+    #[serde(default)]
+    api: RawApi,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    url: String,
+    #[serde(default = "default_prefix")]
+    prefix: String,
+}
+
+fn default_prefix() -> String {
+    "auto-assign".to_owned()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct RawClaims {
+    key_prefix: String,
+    ttl: u64,
+    data_dir: PathBuf,
+}
+
+impl Default for RawClaims {
+    fn default() -> Self {
+        Self {
+            key_prefix: "pallas:msg_claim".to_owned(),
+            ttl: 86400,
+            data_dir: PathBuf::from("data"),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+struct RawApi {
+    bind: Option<String>,
+    token: String,
+    max_body_bytes: usize,
+}
+
+impl Default for RawApi {
+    fn default() -> Self {
+        Self {
+            bind: Some("127.0.0.1:8787".to_owned()),
+            token: String::new(),
+            max_body_bytes: 64 * 1024,
+        }
+    }
 }
 
 fn default_interval() -> f64 {
@@ -292,6 +374,60 @@ impl Config {
             delays,
             database: parse_database(&raw.database.url, &base)
                 .map_err(|m| fail(format!("database.url: {m}")))?,
+            redis: match raw.redis {
+                None => None,
+                Some(r) => {
+                    if !(r.url.starts_with("redis://") || r.url.starts_with("unix://")) {
+                        return Err(fail(format!(
+                            "redis.url: expected redis://host:port[/db], got {:?}",
+                            r.url
+                        )));
+                    }
+                    if r.prefix.is_empty() {
+                        return Err(fail("redis.prefix: empty".to_owned()));
+                    }
+                    Some(RedisConfig {
+                        url: r.url,
+                        prefix: r.prefix,
+                    })
+                }
+            },
+            claims: {
+                let c = raw.claims;
+                if c.key_prefix.is_empty() {
+                    return Err(fail("claims.keyPrefix: empty".to_owned()));
+                }
+                if c.ttl < 60 {
+                    return Err(fail(format!(
+                        "claims.ttl: must be at least 60 seconds (got {})",
+                        c.ttl
+                    )));
+                }
+                ClaimsConfig {
+                    key_prefix: c.key_prefix,
+                    ttl: c.ttl,
+                    data_dir: base.join(c.data_dir),
+                }
+            },
+            api: {
+                let a = raw.api;
+                let bind = match a.bind {
+                    None => None,
+                    Some(b) => Some(b.parse().map_err(|e| {
+                        fail(format!(
+                            "api.bind: {b:?} is not an address like 127.0.0.1:8787 ({e})"
+                        ))
+                    })?),
+                };
+                if a.max_body_bytes < 1024 {
+                    return Err(fail("api.maxBodyBytes: must be at least 1024".to_owned()));
+                }
+                ApiConfig {
+                    bind,
+                    token: a.token,
+                    max_body_bytes: a.max_body_bytes,
+                }
+            },
             sources: Sources {
                 file: raw.sources.file.map(|f| base.join(f)),
                 onebot: raw

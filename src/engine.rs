@@ -9,18 +9,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::balance::{Plan, Planner};
 use crate::config::Config;
+use crate::coord::publish::Publisher;
 use crate::index::FleetIndex;
+use crate::presence::Presence;
 use crate::source::FleetEvent;
 use crate::store::sql::now_ms;
 use crate::store::{Batch, ChannelWrite, PlatformRecord, RunRecord, Store};
 use crate::triggers::{Cause, Causes, Debouncer};
+use crate::view::View;
 
 /// Control messages for the engine (everything that is not a fleet event).
 #[derive(Debug)]
@@ -35,8 +40,22 @@ pub enum Control {
     Ready,
 }
 
+/// Where the engine's results go besides the SQL store.
+#[derive(Clone, Default)]
+pub struct Outputs {
+    /// The assignment and fleet as the API sees it.
+    pub view: View,
+    /// Redis publication, if configured.
+    pub publisher: Option<Publisher>,
+    /// Per-bot state; the engine keeps it for bots no live connection reports on.
+    pub presence: Presence,
+    /// Woken when a bot comes or goes (the presence registry refreshes at once).
+    pub presence_changed: Arc<Notify>,
+}
+
 pub struct Engine {
     config: Config,
+    outputs: Outputs,
     index: FleetIndex,
     planner: Planner,
     store: Store,
@@ -89,7 +108,7 @@ impl Pending {
 
 impl Engine {
     /// An engine whose previous assignment is what the store holds.
-    pub async fn new(config: Config, store: Store) -> anyhow::Result<Self> {
+    pub async fn new(config: Config, store: Store, outputs: Outputs) -> anyhow::Result<Self> {
         let mut index = FleetIndex::new();
         let stored = store.load_assignments().await?;
         let count = stored.len();
@@ -102,9 +121,15 @@ impl Engine {
         }
         for p in index.platforms_mut() {
             p.take_journal();
+            let assignment: Vec<(&str, &str)> = (0..p.channel_count() as u32)
+                .filter_map(|c| p.assignee(c).map(|b| (p.channel_id(c), p.bot_id(b))))
+                .collect();
+            outputs.view.replace(p.name(), assignment);
         }
+        outputs.view.set_exclusions(&config.rules.exclude);
         info!("loaded {count} stored assignment(s) as the previous assignment");
         Ok(Self {
+            outputs,
             planner: Planner::new(config.strategy),
             config,
             index,
@@ -182,8 +207,46 @@ impl Engine {
                 someone.then_some(Cause::ChannelLeft)
             }
         };
+        self.reflect(&event);
         if let Some(cause) = cause.filter(|_| enabled) {
             self.request(cause);
+        }
+    }
+
+    /// Mirrors an event into the view and, for bots no live connection reports on (the fleet
+    /// file), into the presence registry.
+    fn reflect(&self, event: &FleetEvent) {
+        let (platform, bot, online) = match event {
+            FleetEvent::BotOnline { platform, bot, .. } => (platform, bot, Some(true)),
+            FleetEvent::BotOffline { platform, bot, .. } => (platform, bot, Some(false)),
+            FleetEvent::ChannelJoined { platform, bot, .. }
+            | FleetEvent::ChannelLeft { platform, bot, .. } => (platform, bot, None),
+        };
+        let online = online.unwrap_or_else(|| {
+            self.index
+                .platform(platform)
+                .and_then(|p| p.find_bot(bot).map(|b| p.is_online(b)))
+                .unwrap_or(false)
+        });
+        self.outputs.view.set_bot(platform, bot, online);
+        let unmanaged = self
+            .outputs
+            .presence
+            .get(platform, bot)
+            .is_none_or(|p| p.mode.is_none());
+        if unmanaged {
+            self.outputs.presence.update(platform, bot, |p| {
+                if online && !p.online {
+                    p.connected_at = Some(std::time::SystemTime::now());
+                }
+                p.online = online;
+            });
+        }
+        if matches!(
+            event,
+            FleetEvent::BotOnline { .. } | FleetEvent::BotOffline { .. }
+        ) {
+            self.outputs.presence_changed.notify_one();
         }
     }
 
@@ -243,20 +306,38 @@ impl Engine {
                 if *new == self.config {
                     return;
                 }
-                if new.database != self.config.database || new.sources != self.config.sources {
+                let mut new = *new;
+                let restart_only = (
+                    &new.database,
+                    &new.sources,
+                    &new.redis,
+                    &new.claims,
+                    &new.api,
+                ) != (
+                    &self.config.database,
+                    &self.config.sources,
+                    &self.config.redis,
+                    &self.config.claims,
+                    &self.config.api,
+                );
+                if restart_only {
                     warn!(
-                        "{}: database and sources changes take effect after a restart",
+                        "{}: database, sources, redis, claims and api changes take effect after a restart",
                         new.path.display()
                     );
+                    new.database = self.config.database.clone();
+                    new.sources = self.config.sources.clone();
+                    new.redis = self.config.redis.clone();
+                    new.claims = self.config.claims.clone();
+                    new.api = self.config.api.clone();
                 }
-                let keep = (self.config.database.clone(), self.config.sources.clone());
                 let schedule_changed = (new.balance_interval, &new.balance_cron)
                     != (self.config.balance_interval, &self.config.balance_cron);
                 if new.strategy != self.config.strategy {
                     self.planner = Planner::new(new.strategy);
                 }
-                self.config = *new;
-                (self.config.database, self.config.sources) = keep;
+                self.config = new;
+                self.outputs.view.set_exclusions(&self.config.rules.exclude);
                 info!("{}: config reloaded", self.config.path.display());
                 if schedule_changed {
                     self.reschedule(control_tx).await;
@@ -295,6 +376,21 @@ impl Engine {
             }
         }
         let batch = self.batch(&plan, &causes, started_at_ms);
+        let mut published = Vec::with_capacity(batch.writes.len());
+        for w in &batch.writes {
+            let bot = (!w.assignee.is_empty()).then_some(w.assignee.as_str());
+            self.outputs
+                .view
+                .apply(&w.platform, [(w.channel.as_str(), bot)]);
+            published.push((
+                w.platform.clone(),
+                w.channel.clone(),
+                bot.map(str::to_owned),
+            ));
+        }
+        if let Some(publisher) = &self.outputs.publisher {
+            publisher.publish(published);
+        }
         self.pending.merge(batch);
         self.flush().await;
     }

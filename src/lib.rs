@@ -19,6 +19,7 @@
 //!
 //! The planner never does I/O; everything around it is a thin shell.
 
+pub mod api;
 pub mod balance;
 pub mod bench;
 pub mod config;
@@ -33,4 +34,5 @@ pub mod snapshot;
 pub mod source;
 pub mod store;
 pub mod triggers;
+pub mod view;
 pub mod watch;

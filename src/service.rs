@@ -6,12 +6,24 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use crate::api::{self, Api};
 use crate::config::{Config, ConfigError};
-use crate::engine::{Control, Engine};
+use crate::coord::claim::Claims;
+use crate::coord::gate::Gates;
+use crate::coord::ingress::Ingress;
+use crate::coord::presence_registry;
+use crate::coord::publish::{Keys, Publisher};
+use crate::coord::redis::Redis;
+use crate::engine::{Control, Engine, Outputs};
 use crate::presence::Presence;
 use crate::source::file::{self, Fleet, FleetError};
 use crate::source::onebot;
 use crate::store::Store;
+use crate::view::View;
 use crate::watch::FileWatch;
 
 /// Why the service could not start (or run).
@@ -50,11 +62,85 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         config.strategy
     );
 
-    let mut engine = Engine::new(config.clone(), store).await?;
     let (fleet_tx, fleet_rx) = mpsc::channel(4096);
     let (control_tx, control_rx) = mpsc::channel(64);
     let mut tasks = tokio::task::JoinSet::new();
     let presence = Presence::default();
+    let view = View::default();
+    let presence_changed = Arc::new(Notify::new());
+    let redis = match &config.redis {
+        Some(r) => Some(
+            Redis::connect(&r.url, shutdown.clone())
+                .map_err(|e| anyhow::anyhow!("redis.url: {e}"))?,
+        ),
+        None => None,
+    };
+    let publisher = match (&redis, &config.redis) {
+        (Some(redis), Some(r)) => {
+            let keys = Keys {
+                prefix: r.prefix.clone(),
+            };
+            Some(Publisher::start(
+                redis.clone(),
+                view.clone(),
+                keys,
+                shutdown.clone(),
+            ))
+        }
+        _ => None,
+    };
+    if let Some(redis) = &redis {
+        tasks.spawn(presence_registry::run(
+            redis.clone(),
+            presence.clone(),
+            presence_changed.clone(),
+            shutdown.clone(),
+        ));
+    }
+    let outputs = Outputs {
+        view: view.clone(),
+        publisher,
+        presence: presence.clone(),
+        presence_changed,
+    };
+    let mut engine = Engine::new(config.clone(), store, outputs).await?;
+    if let Some(bind) = config.api.bind {
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .map_err(|e| anyhow::anyhow!("api.bind {bind}: {e}"))?;
+        info!(
+            "API listening on http://{}",
+            listener.local_addr().map_err(anyhow::Error::from)?
+        );
+        let claims = Claims::new(
+            redis.clone(),
+            &config.claims.key_prefix,
+            config.claims.ttl,
+            &config.claims.data_dir,
+        );
+        let api = Api {
+            view: view.clone(),
+            ingress: Ingress {
+                view: view.clone(),
+                claims,
+            },
+            gates: Gates::new(redis.clone()),
+            presence: presence.clone(),
+            redis: redis.clone(),
+            control: control_tx.clone(),
+            token: config.api.token.clone(),
+        };
+        let app = api::router(api, config.api.max_body_bytes);
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                error!("API server: {e}");
+            }
+        });
+    }
     match config.sources.onebot.clone() {
         None => {
             let _ = control_tx.try_send(Control::Ready);

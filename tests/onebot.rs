@@ -24,6 +24,7 @@ fn config(onebot: &str) -> String {
         "balanceInterval: 600
 triggerDelays: {{startup: 0, botStatus: 0.3, botOnline: 0.3, botOffline: 0.3, channelJoined: 0.5, channelLeft: 0.3}}
 database: {{url: \"sqlite://state.db\"}}
+api: {{bind: \"127.0.0.1:0\"}}
 sources:
   onebot:
     actionTimeout: 2

@@ -28,6 +28,7 @@ enabledPlatforms: [onebot]
 triggerDelays: {{startup: 0, botStatus: 0.2, botOnline: 0.2, botOffline: 0.4, channelJoined: 0.6, channelLeft: 0.2}}
 database: {{url: \"{database}\"}}
 sources: {{file: fleet.yaml}}
+api: {{bind: \"127.0.0.1:0\"}}
 {extra}"
     )
 }

@@ -1,5 +1,12 @@
 //! Per-message coordination, compatible with Pallas-Bot's multi-bot design: signatures and
 //! claims, gates, the presence registry, and the assignment-aware ingress decision.
 
+pub mod claim;
 pub mod eval;
+pub mod follower;
+pub mod gate;
+pub mod ingress;
+pub mod presence_registry;
+pub mod publish;
+pub mod redis;
 pub mod signature;

@@ -464,3 +464,139 @@ impl Drop for Sims {
         }
     }
 }
+
+impl Service {
+    /// The API's base url, from the "API listening on" log line.
+    pub fn api_url(&self) -> String {
+        self.wait_for("API listening on http://", 1, Duration::from_secs(30));
+        let log = self.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("API listening on http://"))
+            .unwrap();
+        line[line.find("http://").unwrap()..].trim().to_owned()
+    }
+}
+
+/// A throwaway redis-server on a free loopback port, no persistence.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let mut server = RedisServer {
+            child: None,
+            port: free_port(),
+        };
+        server.restart();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test.sh installs it)");
+        self.child = Some(child);
+        eventually(
+            "redis-server accepting connections",
+            Duration::from_secs(10),
+            || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok(),
+        );
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A command through redis-cli (simple, synchronous).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A blocking HTTP client that returns error statuses instead of failing.
+pub fn http() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build(),
+    )
+}
+
+/// POSTs JSON; returns (status, JSON body).
+pub fn post(url: &str, token: Option<&str>, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let mut req = http().post(url);
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.send_json(body).unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// POSTs a raw body with a JSON content type.
+pub fn post_raw(url: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
+    let mut req = http().post(url).header("Content-Type", "application/json");
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.send(body).unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+pub fn get(url: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    let mut req = http().get(url);
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.call().unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}

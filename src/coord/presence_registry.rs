@@ -1,0 +1,149 @@
+//! The Redis presence registry, in Pallas-Bot's layout (`shard/presence.py`):
+//! `pallas:presence:bots` HASH, field = QQ, value = compact JSON with the keys, in order,
+//! `qq`, `shard_id`, `connection_key`, `adapter`, `connected_at_unix`, `last_seen_at`,
+//! `nickname`; `pallas:presence:updated_at` = the last change (wall-clock seconds).
+//!
+//! Every 30 s (and right after a bot connects or disconnects) the online bots of this service
+//! are written with a fresh `last_seen_at`, the ones that went away are removed, and every
+//! entry not seen for 120 s, whoever wrote it, is pruned, as upstream's readers do.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::redis::Redis;
+use crate::presence::Presence;
+
+pub const BOTS_KEY: &str = "pallas:presence:bots";
+pub const UPDATED_KEY: &str = "pallas:presence:updated_at";
+const STALE: f64 = 120.0;
+const PERIOD: Duration = Duration::from_secs(30);
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The registry record of one bot.
+pub fn record(qq: i64, connected_at: i64, last_seen: f64, nickname: &str) -> String {
+    json!({
+        "qq": qq,
+        "shard_id": 0,
+        "connection_key": qq.to_string(),
+        "adapter": "OneBot V11",
+        "connected_at_unix": connected_at,
+        "last_seen_at": last_seen,
+        "nickname": nickname.trim(),
+    })
+    .to_string()
+}
+
+/// Keeps the registry in line with [`Presence`] until `shutdown`; `changed` asks for an
+/// immediate refresh.
+pub async fn run(
+    redis: Redis,
+    presence: Presence,
+    changed: std::sync::Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let mut ours: HashSet<String> = HashSet::new();
+    loop {
+        if let Some(mut conn) = redis.conn().await
+            && let Err(e) = refresh(&mut conn, &presence, &mut ours).await
+        {
+            tracing::debug!("presence registry: {e}");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep(PERIOD) => {}
+        }
+    }
+}
+
+async fn refresh(
+    conn: &mut redis::aio::ConnectionManager,
+    presence: &Presence,
+    ours: &mut HashSet<String>,
+) -> redis::RedisResult<()> {
+    let now = now();
+    let mut pipe = redis::pipe();
+    let mut current = HashSet::new();
+    for bot in presence.snapshot() {
+        let Ok(qq) = bot.bot.parse::<i64>() else {
+            continue;
+        };
+        if !bot.online {
+            continue;
+        }
+        let connected = bot
+            .connected_at
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(now as i64, |d| d.as_secs() as i64);
+        pipe.hset(
+            BOTS_KEY,
+            qq.to_string(),
+            record(qq, connected, now, &bot.nickname),
+        )
+        .ignore();
+        current.insert(qq.to_string());
+    }
+    for gone in ours.difference(&current) {
+        pipe.hdel(BOTS_KEY, gone).ignore();
+    }
+    // Prune what nobody refreshed for 120 s (ours included, should we ever stall).
+    let all: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(BOTS_KEY)
+        .query_async(conn)
+        .await?;
+    for (field, raw) in &all {
+        if current.contains(field) {
+            continue;
+        }
+        let last = serde_json::from_str::<Value>(raw).ok().and_then(|v| {
+            v.get("last_seen_at")
+                .and_then(Value::as_f64)
+                .filter(|&t| t > 0.0)
+                .or_else(|| v.get("connected_at_unix").and_then(Value::as_f64))
+        });
+        if last.is_none_or(|t| t <= 0.0 || now - t > STALE) {
+            pipe.hdel(BOTS_KEY, field).ignore();
+        }
+    }
+    pipe.set(UPDATED_KEY, now.to_string()).ignore();
+    pipe.query_async::<()>(conn).await?;
+    *ours = current;
+    Ok(())
+}
+
+/// The registry's records (with Redis), for the API.
+pub async fn read(redis: &Redis) -> Option<BTreeMap<String, Value>> {
+    let mut conn = redis.conn().await?;
+    let all: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(BOTS_KEY)
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    Some(
+        all.into_iter()
+            .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(Value::String(v))))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_have_upstreams_keys_in_order() {
+        assert_eq!(
+            record(1001, 1786000000, 1786000030.5, " 牛牛 "),
+            r#"{"qq":1001,"shard_id":0,"connection_key":"1001","adapter":"OneBot V11","connected_at_unix":1786000000,"last_seen_at":1786000030.5,"nickname":"牛牛"}"#
+        );
+    }
+}

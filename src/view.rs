@@ -1,0 +1,199 @@
+//! The assignment as everything outside the engine sees it: who is assigned where, which bots
+//! are known and online, which channels are excluded. The engine writes it after every plan
+//! and fleet event; the API and the Redis publisher read it. Lookups are O(1), so answering
+//! "should this bot handle this message?" needs no database or Redis round trip.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use crate::model::split_key;
+
+#[derive(Clone, Default)]
+pub struct View {
+    inner: Arc<RwLock<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    platforms: BTreeMap<String, PlatformView>,
+    excluded_full: HashSet<String>,
+    excluded_short: HashSet<String>,
+}
+
+#[derive(Default)]
+struct PlatformView {
+    assignee: HashMap<Box<str>, Box<str>>,
+    loads: HashMap<Box<str>, u32>,
+    /// Every bot ever seen, with whether it is online now.
+    bots: HashMap<Box<str>, bool>,
+}
+
+impl View {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records assignee changes (`None`: unassigned).
+    pub fn apply<'a>(
+        &self,
+        platform: &str,
+        changes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) {
+        let mut state = self.write();
+        let p = state.platforms.entry(platform.to_owned()).or_default();
+        for (channel, bot) in changes {
+            let old = match bot {
+                Some(bot) => p.assignee.insert(channel.into(), bot.into()),
+                None => p.assignee.remove(channel),
+            };
+            if let Some(load) = old.and_then(|old| p.loads.get_mut(&old)) {
+                *load = load.saturating_sub(1);
+            }
+            if let Some(bot) = bot {
+                *p.loads.entry(bot.into()).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// Replaces a platform's whole assignment.
+    pub fn replace<'a>(
+        &self,
+        platform: &str,
+        assignment: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) {
+        {
+            let mut state = self.write();
+            let p = state.platforms.entry(platform.to_owned()).or_default();
+            p.assignee.clear();
+            p.loads.clear();
+        }
+        self.apply(platform, assignment.into_iter().map(|(c, b)| (c, Some(b))));
+    }
+
+    pub fn set_bot(&self, platform: &str, bot: &str, online: bool) {
+        let mut state = self.write();
+        let p = state.platforms.entry(platform.to_owned()).or_default();
+        p.bots.insert(bot.into(), online);
+    }
+
+    /// Excluded channel keys, full (`platform:channel`) or short (`channel`).
+    pub fn set_exclusions(&self, keys: &[String]) {
+        let mut state = self.write();
+        state.excluded_full.clear();
+        state.excluded_short.clear();
+        for key in keys {
+            if split_key(key).is_some() {
+                state.excluded_full.insert(key.clone());
+            } else {
+                state.excluded_short.insert(key.clone());
+            }
+        }
+    }
+
+    pub fn assignee(&self, platform: &str, channel: &str) -> Option<String> {
+        let state = self.read();
+        state
+            .platforms
+            .get(platform)?
+            .assignee
+            .get(channel)
+            .map(|b| b.to_string())
+    }
+
+    pub fn is_online(&self, platform: &str, bot: &str) -> bool {
+        let state = self.read();
+        state
+            .platforms
+            .get(platform)
+            .and_then(|p| p.bots.get(bot))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// A bot of this fleet (known, online or not).
+    pub fn is_fleet_bot(&self, platform: &str, bot: &str) -> bool {
+        let state = self.read();
+        state
+            .platforms
+            .get(platform)
+            .is_some_and(|p| p.bots.contains_key(bot))
+    }
+
+    pub fn is_excluded(&self, platform: &str, channel: &str) -> bool {
+        let state = self.read();
+        state.excluded_short.contains(channel)
+            || state
+                .excluded_full
+                .contains(&format!("{platform}:{channel}"))
+    }
+
+    pub fn platforms(&self) -> Vec<String> {
+        self.read().platforms.keys().cloned().collect()
+    }
+
+    /// A platform's assignment, sorted by channel.
+    pub fn assignment(&self, platform: &str) -> Vec<(String, String)> {
+        let state = self.read();
+        let mut out: Vec<(String, String)> = state
+            .platforms
+            .get(platform)
+            .map(|p| {
+                p.assignee
+                    .iter()
+                    .map(|(c, b)| (c.to_string(), b.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_unstable();
+        out
+    }
+
+    /// (bot, online, load) for every known bot of a platform, sorted by bot.
+    pub fn bots(&self, platform: &str) -> Vec<(String, bool, u32)> {
+        let state = self.read();
+        let Some(p) = state.platforms.get(platform) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, bool, u32)> = p
+            .bots
+            .iter()
+            .map(|(b, &online)| (b.to_string(), online, p.loads.get(b).copied().unwrap_or(0)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_keep_loads_exact() {
+        let v = View::default();
+        v.set_bot("onebot", "1", true);
+        v.set_bot("onebot", "2", false);
+        v.apply("onebot", [("a", Some("1")), ("b", Some("1"))]);
+        v.apply("onebot", [("a", Some("2")), ("b", None)]);
+        assert_eq!(v.assignee("onebot", "a").as_deref(), Some("2"));
+        assert_eq!(v.assignee("onebot", "b"), None);
+        assert_eq!(
+            v.bots("onebot"),
+            [("1".into(), true, 0), ("2".into(), false, 1)]
+        );
+        assert!(v.is_fleet_bot("onebot", "2") && !v.is_online("onebot", "2"));
+        v.set_exclusions(&["onebot:x".into(), "y".into()]);
+        assert!(
+            v.is_excluded("onebot", "x")
+                && v.is_excluded("discord", "y")
+                && !v.is_excluded("discord", "x")
+        );
+        v.replace("onebot", [("c", "1")]);
+        assert_eq!(v.assignment("onebot"), [("c".into(), "1".into())]);
+        assert_eq!(v.bots("onebot")[0].2, 1);
+    }
+}
