@@ -5,6 +5,7 @@
 //! Peak RSS is the process's high-water mark during the call (reset through
 //! `/proc/self/clear_refs` before it), so it includes the fleet index itself.
 
+pub mod coord;
 pub mod fleets;
 pub mod onebot;
 
@@ -34,9 +35,21 @@ pub struct Args {
     /// Groups per simulated bot (with --onebot).
     #[arg(long, default_value_t = 5000)]
     pub groups: usize,
+    /// Instead: ingress decisions and claims per second (HTTP API, Redis).
+    #[arg(long)]
+    pub coord: bool,
+    /// Redis to use with --coord (default: start a redis-server on a free port).
+    #[arg(long)]
+    pub redis: Option<String>,
 }
 
 pub fn run(args: &Args) {
+    if args.coord {
+        if let Err(e) = coord::run(args.redis.as_deref()) {
+            eprintln!("error: {e:#}");
+        }
+        return;
+    }
     if args.onebot {
         if let Err(e) = onebot::run(args.bots, args.groups, args.seed) {
             eprintln!("error: {e:#}");

@@ -1,0 +1,283 @@
+//! `auto-assign bench --coord`: decisions and claims per second.
+//!
+//! Starts a redis-server on a free loopback port (or uses `--redis`), runs `auto-assign serve`
+//! as a child process on a fleet file, and measures with 16 concurrent keep-alive clients:
+//! * ingress decisions/s through the HTTP API in assigned groups (a memory lookup) and in
+//!   unassigned groups (the claim: in-process, then Redis `SET NX`);
+//! * claims/s straight to Redis through the claim code;
+//! * raw `SET NX EX` throughput of the same client type on the same Redis, in the same run,
+//!   as the reference for the ratios.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use crate::coord::claim::Claims;
+use crate::coord::redis::Redis;
+
+const CLIENTS: usize = 16;
+const DURATION: Duration = Duration::from_secs(3);
+
+pub fn run(redis_url: Option<&str>) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(bench(redis_url))
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
+    let mut children = Vec::new();
+    let url = match redis_url {
+        Some(u) => u.to_owned(),
+        None => {
+            let port = free_port()?;
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|e| {
+                    anyhow::anyhow!("redis-server: {e} (install it, or pass --redis URL)")
+                })?;
+            children.push(Kill(child));
+            format!("redis://127.0.0.1:{port}")
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("auto-assign-bench-coord-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    // 3 bots in 3,000 groups: groups 1..=3000 assigned, everything else unassigned.
+    let groups: Vec<String> = (1..=3000).map(|g| g.to_string()).collect();
+    let list = groups.join(", ");
+    std::fs::write(
+        dir.join("fleet.yaml"),
+        format!(
+            "bots:\n  - {{id: 1001, channels: [{list}]}}\n  - {{id: 1002, channels: [{list}]}}\n  - {{id: 1003, channels: [{list}]}}\n"
+        ),
+    )?;
+    let api_port = free_port()?;
+    std::fs::write(
+        dir.join("config.yaml"),
+        format!(
+            "database: {{url: \"sqlite://state.db\"}}\nsources: {{file: fleet.yaml}}\nredis: {{url: \"{url}\", prefix: bench}}\napi: {{bind: \"127.0.0.1:{api_port}\"}}\n"
+        ),
+    )?;
+    let child = Command::new(std::env::current_exe()?)
+        .args(["serve", "--config"])
+        .arg(dir.join("config.yaml"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    children.push(Kill(child));
+    let redis = Redis::connect(&url, tokio_util::sync::CancellationToken::new())?;
+    // Wait for the API and the first assignment.
+    let started = Instant::now();
+    loop {
+        if let Ok(mut c) = Client::connect(api_port).await
+            && let Ok(body) = c.request("GET", "/v1/assignments/onebot/1", "").await
+            && body.contains("\"assignee\":\"")
+        {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "the service did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while redis.conn().await.is_none() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "coordination: {CLIENTS} concurrent clients, {}s per measurement, loopback, redis {url}",
+        DURATION.as_secs()
+    );
+
+    let raw_redis = redis.clone();
+    let raw = measure(move |i, n| {
+        let redis = raw_redis.clone();
+        async move {
+            let mut conn = redis.conn().await.expect("connected");
+            let _: Option<String> = redis::cmd("SET")
+                .arg(format!("bench:raw:{i}:{n}"))
+                .arg("1")
+                .arg("NX")
+                .arg("EX")
+                .arg(86400)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+        }
+    })
+    .await;
+    let claims = Arc::new(Claims::new(
+        Some(redis.clone()),
+        "bench:msg_claim",
+        86400,
+        &dir,
+    ));
+    let claimer = claims.clone();
+    let direct = measure(move |i, n| {
+        let claims = claimer.clone();
+        async move {
+            let (won, _) = claims
+                .persistent("ingress_gate", 424242, (i as u64) << 32 | n, 1001)
+                .await;
+            assert!(won);
+        }
+    })
+    .await;
+    let assigned = measure_http(api_port, |i, n| {
+        let group = 1 + (n % 3000);
+        format!(
+            r#"{{"platform":"onebot","self_id":"1001","group_id":"{group}","user_id":"42","text":"hello {i} {n}","time":1786000000,"lane":"chat"}}"#
+        )
+    })
+    .await?;
+    let fallback = measure_http(api_port, |i, n| {
+        format!(
+            r#"{{"platform":"onebot","self_id":"1001","group_id":"900001","user_id":"42","text":"claim {i} {n}","time":1786000000,"lane":"chat"}}"#
+        )
+    })
+    .await?;
+    println!("  raw SET NX EX (same client, same redis):      {raw:>9.0} /s");
+    println!(
+        "  claims straight to redis (SET NX via claims): {direct:>9.0} /s   = {:.2}× raw",
+        direct / raw
+    );
+    println!(
+        "  ingress decisions over HTTP, assigned group:  {assigned:>9.0} /s   = {:.2}× raw",
+        assigned / raw
+    );
+    println!(
+        "  ingress decisions over HTTP, claim fallback:  {fallback:>9.0} /s   = {:.2}× raw",
+        fallback / raw
+    );
+    drop(children);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Runs `op(client, n)` on `CLIENTS` concurrent tasks for `DURATION`; returns operations/s.
+async fn measure<F, Fut>(op: F) -> f64
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..CLIENTS {
+        let (op, done) = (op.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while start.elapsed() < DURATION {
+                op(i, n).await;
+                n += 1;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn measure_http(
+    port: u16,
+    body: impl Fn(usize, u64) -> String + Clone + Send + Sync + 'static,
+) -> anyhow::Result<f64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..CLIENTS {
+        let (body, done) = (body.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::connect(port).await?;
+            let mut n = 0u64;
+            while start.elapsed() < DURATION {
+                let answer = client.request("POST", "/v1/ingress", &body(i, n)).await?;
+                anyhow::ensure!(answer.contains("\"handle\""), "unexpected answer {answer}");
+                n += 1;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A minimal keep-alive HTTP/1.1 client: enough for a benchmark against our own API.
+struct Client {
+    stream: BufReader<TcpStream>,
+}
+
+impl Client {
+    async fn connect(port: u16) -> std::io::Result<Client> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.set_nodelay(true)?;
+        Ok(Client {
+            stream: BufReader::new(stream),
+        })
+    }
+
+    async fn request(&mut self, method: &str, path: &str, body: &str) -> anyhow::Result<String> {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let s = self.stream.get_mut();
+        s.write_all(head.as_bytes()).await?;
+        s.write_all(body.as_bytes()).await?;
+        let mut length = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            anyhow::ensure!(
+                self.stream.read_line(&mut line).await? > 0,
+                "connection closed"
+            );
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse()?;
+            }
+        }
+        let mut buf = vec![0u8; length];
+        self.stream.read_exact(&mut buf).await?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+}
