@@ -4,7 +4,7 @@
 use auto_assign::coord::eval::eval_line;
 use auto_assign::coord::signature::{Signature, is_py_whitespace, normalize_plaintext};
 use proptest::prelude::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const VECTORS: &str = include_str!("data/pallas-vectors.jsonl");
 
@@ -61,6 +61,62 @@ fn coord_eval_answers_the_vectors_in_their_own_format() {
     assert!(unknown["error"].as_str().unwrap().contains("unsupported"));
     let garbage: Value = serde_json::from_str(&eval_line("{")).unwrap();
     assert!(garbage["error"].as_str().unwrap().contains("malformed"));
+}
+
+/// The generation time of the vectors' time-dependent `should_process` answers: upstream
+/// computes it with the wall clock, not `at`. All 54 vectors with a rotation period agree on
+/// one 2-hour bucket (2026-11-30 00:00–02:00 UTC); 1796000000 lies in it.
+const GENERATED_AT: i64 = 1_796_000_000;
+
+#[test]
+fn every_ring_covers_and_owner_vector_matches() {
+    let all = vectors(&["ring_index", "stable_ring_index", "covers", "owner"]);
+    assert_eq!(all.len(), 83 + 61 + 104 + 166);
+    for v in &all {
+        let mut input = v.clone();
+        let obj = input.as_object_mut().unwrap();
+        obj.remove("result");
+        if v["fn"] == "owner" {
+            obj.insert("process_at".into(), GENERATED_AT.into());
+        }
+        let out: Value = serde_json::from_str(&eval_line(&input.to_string())).unwrap();
+        assert_eq!(out["result"], v["result"], "{}", v["id"]);
+    }
+}
+
+#[test]
+fn owner_should_process_follows_at_by_default() {
+    for v in vectors(&["owner"]) {
+        let mut input = v.clone();
+        input.as_object_mut().unwrap().remove("result");
+        let out: Value = serde_json::from_str(&eval_line(&input.to_string())).unwrap();
+        let r = &out["result"];
+        let has_peers = v["peers"].as_object().is_some_and(|p| !p.is_empty());
+        assert_eq!(
+            r["should_process"],
+            json!(!has_peers || r["owner"] == v["mine"]),
+            "{}",
+            v["id"]
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// Same inputs, same owner (pure), and the owner only changes at bucket boundaries.
+    #[test]
+    fn ring_index_is_stable_within_a_bucket(g in any::<i32>(), size in 1usize..12, period in 1i64..100_000, t in 0i64..2_000_000_000, dt in 0i64..100_000) {
+        use auto_assign::coord::federate::ring::ring_index;
+        let a = ring_index(g as i64, size, t as f64, period);
+        prop_assert_eq!(a, ring_index(g as i64, size, t as f64, period));
+        let u = t + dt;
+        if t.div_euclid(period) == u.div_euclid(period) {
+            prop_assert_eq!(a, ring_index(g as i64, size, u as f64 + 0.5, period));
+        }
+        prop_assert!(a < size);
+        prop_assert_eq!(ring_index(g as i64, size, t as f64, 0), (g as i64).unsigned_abs() as usize % size);
+    }
 }
 
 /// Characters that matter: Python whitespace (including U+001C–U+001F and full-width

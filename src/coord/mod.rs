@@ -3,6 +3,7 @@
 
 pub mod claim;
 pub mod eval;
+pub mod federate;
 pub mod follower;
 pub mod gate;
 pub mod ingress;
