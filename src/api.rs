@@ -20,6 +20,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
 use crate::coord::claim::valid_plugin;
+use crate::coord::federate::Federate;
 use crate::coord::gate::Gates;
 use crate::coord::ingress::{Ingress, Request as IngressRequest};
 use crate::coord::presence_registry;
@@ -35,6 +36,8 @@ pub struct Api {
     pub gates: Gates,
     pub presence: Presence,
     pub redis: Option<Redis>,
+    /// The federate pool, when this deployment joined one.
+    pub federate: Option<Arc<Federate>>,
     pub control: mpsc::Sender<Control>,
     pub token: String,
 }
@@ -50,6 +53,7 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/v1/assignments/{platform}/{channel}", get(assignment))
         .route("/v1/bots", get(bots))
         .route("/v1/presence", get(presence))
+        .route("/v1/federate/peers", get(federate_peers))
         .route("/v1/rebalance", post(rebalance))
         .route("/v1/gate/owned", post(owned_gate))
         .route("/v1/activity/begin", post(begin_activity))
@@ -185,6 +189,16 @@ async fn presence(State(api): State<Shared>) -> Json<Value> {
         return Json(json!({ "source": "redis", "bots": records }));
     }
     Json(json!({ "source": "local", "bots": api.presence.snapshot() }))
+}
+
+async fn federate_peers(State(api): State<Shared>) -> Response {
+    match &api.federate {
+        Some(f) => Json(f.describe()).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "this deployment is not in a federate pool (no active `federate:` section)",
+        ),
+    }
 }
 
 async fn rebalance(State(api): State<Shared>) -> Response {

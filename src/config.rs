@@ -33,6 +33,55 @@ pub struct Config {
     pub redis: Option<RedisConfig>,
     pub claims: ClaimsConfig,
     pub api: ApiConfig,
+    /// The Pallas-Bot federate pool this deployment joins, if any.
+    pub federate: Option<FederateConfig>,
+}
+
+/// `federate:`, mirroring Pallas-Bot's `PALLAS_FEDERATE_*` settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FederateConfig {
+    /// Pool id (`PALLAS_FEDERATE_ID`); may also come from the bootstrap file.
+    pub id: String,
+    /// Coordination Redis (default: `redis.url`).
+    pub redis_url: Option<String>,
+    /// Explicit key prefix (`PALLAS_FEDERATE_REDIS_PREFIX`).
+    pub redis_prefix: String,
+    /// A Pallas-Bot `community_stats.json` whose bootstrap coord prefix wins, as upstream.
+    pub bootstrap_file: Option<PathBuf>,
+    /// `on`, `off` or `auto` (on when a pool id resolves).
+    pub ingress: Tristate,
+    /// `false` disables federation unless `ingress` is explicitly `on`.
+    pub control_plane: bool,
+    /// Owner rotation period; `<= 0`: pure group-id modulo.
+    pub owner_rotate_sec: i64,
+    pub prefer_local_owner: bool,
+    /// The assignee's deployment owns its group when every deployment of the ring is
+    /// assignment-aware (auto-assign); otherwise answers are pure upstream.
+    pub respect_assignment: bool,
+    pub deployment_name: String,
+    pub command_capabilities: Vec<String>,
+    pub command_permission_levels: BTreeMap<String, String>,
+    /// Command plaintext → command id, in order (first wins among equally long prefixes).
+    pub command_ids: indexmap::IndexMap<String, String>,
+    pub public_bot_ids: Vec<i64>,
+    /// Heartbeat key TTL in seconds (at least 60).
+    pub heartbeat_ttl: u64,
+    /// Seconds between heartbeats and roster refreshes.
+    pub refresh_interval: Duration,
+    /// Federate claim TTL; default: the bootstrap file's, else 86,400 s.
+    pub claim_ttl: Option<u64>,
+    /// The platform whose bots this deployment serves (numeric ids).
+    pub platform: String,
+    /// Where the deployment id is persisted (`{dataDir}/federate/deployment_id`).
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tristate {
+    On,
+    Off,
+    Auto,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -126,6 +175,74 @@ struct Raw {
     claims: RawClaims,
     #[serde(default)]
     api: RawApi,
+    #[serde(default)]
+    federate: Option<RawFederate>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawFederate {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    redis_url: Option<String>,
+    #[serde(default)]
+    redis_prefix: String,
+    #[serde(default)]
+    bootstrap_file: Option<PathBuf>,
+    #[serde(default = "auto")]
+    ingress: Tristate,
+    #[serde(default = "yes")]
+    control_plane: bool,
+    #[serde(default = "rotate")]
+    owner_rotate_sec: i64,
+    #[serde(default)]
+    prefer_local_owner: bool,
+    #[serde(default = "yes")]
+    respect_assignment: bool,
+    #[serde(default)]
+    deployment_name: String,
+    #[serde(default)]
+    command_capabilities: Vec<String>,
+    #[serde(default)]
+    command_permission_levels: BTreeMap<String, String>,
+    #[serde(default)]
+    command_ids: indexmap::IndexMap<String, String>,
+    #[serde(default)]
+    public_bot_ids: Vec<i64>,
+    #[serde(default = "heartbeat_ttl")]
+    heartbeat_ttl: u64,
+    #[serde(default = "refresh")]
+    refresh_interval: f64,
+    #[serde(default)]
+    claim_ttl: Option<u64>,
+    #[serde(default = "onebot_platform")]
+    platform: String,
+    #[serde(default = "data_dir")]
+    data_dir: PathBuf,
+}
+
+fn data_dir() -> PathBuf {
+    PathBuf::from("data")
+}
+
+fn auto() -> Tristate {
+    Tristate::Auto
+}
+fn yes() -> bool {
+    true
+}
+fn rotate() -> i64 {
+    7200
+}
+fn heartbeat_ttl() -> u64 {
+    180
+}
+fn refresh() -> f64 {
+    60.0
+}
+fn onebot_platform() -> String {
+    "onebot".to_owned()
 }
 
 #[derive(Deserialize)]
@@ -426,6 +543,73 @@ impl Config {
                     bind,
                     token: a.token,
                     max_body_bytes: a.max_body_bytes,
+                }
+            },
+            federate: match raw.federate {
+                None => None,
+                Some(f) => {
+                    if f.heartbeat_ttl < 60 {
+                        return Err(fail(format!(
+                            "federate.heartbeatTtl: must be at least 60 seconds (got {})",
+                            f.heartbeat_ttl
+                        )));
+                    }
+                    if let Some(ttl) = f.claim_ttl
+                        && ttl < 60
+                    {
+                        return Err(fail(format!(
+                            "federate.claimTtl: must be at least 60 seconds (got {ttl})"
+                        )));
+                    }
+                    if let Some(url) = &f.redis_url
+                        && !url.starts_with("redis://")
+                    {
+                        return Err(fail(format!(
+                            "federate.redisUrl: expected redis://host:port[/db], got {url:?}"
+                        )));
+                    }
+                    for (id, level) in &f.command_permission_levels {
+                        let known = [
+                            "everyone",
+                            "staff",
+                            "group_moderator",
+                            "bot_moderator",
+                            "superuser",
+                        ];
+                        if id.trim().is_empty()
+                            || !known.contains(&level.trim().to_lowercase().as_str())
+                        {
+                            return Err(fail(format!(
+                                "federate.commandPermissionLevels.{id}: expected one of {} (got {level:?})",
+                                known.join(", ")
+                            )));
+                        }
+                    }
+                    Some(FederateConfig {
+                        id: f.id.trim().to_owned(),
+                        redis_url: f.redis_url,
+                        redis_prefix: f.redis_prefix,
+                        bootstrap_file: f.bootstrap_file.map(|p| base.join(p)),
+                        ingress: f.ingress,
+                        control_plane: f.control_plane,
+                        owner_rotate_sec: f.owner_rotate_sec.max(0),
+                        prefer_local_owner: f.prefer_local_owner,
+                        respect_assignment: f.respect_assignment,
+                        deployment_name: f.deployment_name.trim().to_owned(),
+                        command_capabilities: f.command_capabilities,
+                        command_permission_levels: f.command_permission_levels,
+                        command_ids: f.command_ids,
+                        public_bot_ids: f.public_bot_ids,
+                        heartbeat_ttl: f.heartbeat_ttl,
+                        refresh_interval: seconds(
+                            "federate.refreshInterval",
+                            f.refresh_interval,
+                            0.1,
+                        )?,
+                        claim_ttl: f.claim_ttl,
+                        platform: f.platform,
+                        data_dir: base.join(f.data_dir),
+                    })
                 }
             },
             sources: Sources {

@@ -9,9 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use std::sync::Arc;
-
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -50,7 +48,8 @@ pub struct Outputs {
     /// Per-bot state; the engine keeps it for bots no live connection reports on.
     pub presence: Presence,
     /// Woken when a bot comes or goes (the presence registry refreshes at once).
-    pub presence_changed: Arc<Notify>,
+    /// Bumped when a bot goes online or offline; every listener sees it.
+    pub presence_changed: watch::Sender<()>,
 }
 
 pub struct Engine {
@@ -246,7 +245,7 @@ impl Engine {
             event,
             FleetEvent::BotOnline { .. } | FleetEvent::BotOffline { .. }
         ) {
-            self.outputs.presence_changed.notify_one();
+            self.outputs.presence_changed.send_replace(());
         }
     }
 

@@ -6,13 +6,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use std::sync::Arc;
-
-use tokio::sync::Notify;
-
 use crate::api::{self, Api};
 use crate::config::{Config, ConfigError};
 use crate::coord::claim::Claims;
+use crate::coord::federate::{Federate, settings};
 use crate::coord::gate::Gates;
 use crate::coord::ingress::Ingress;
 use crate::coord::presence_registry;
@@ -67,7 +64,7 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
     let mut tasks = tokio::task::JoinSet::new();
     let presence = Presence::default();
     let view = View::default();
-    let presence_changed = Arc::new(Notify::new());
+    let (presence_changed, _) = tokio::sync::watch::channel(());
     let redis = match &config.redis {
         Some(r) => Some(
             Redis::connect(&r.url, shutdown.clone())
@@ -93,10 +90,42 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         tasks.spawn(presence_registry::run(
             redis.clone(),
             presence.clone(),
-            presence_changed.clone(),
+            presence_changed.subscribe(),
             shutdown.clone(),
         ));
     }
+    let federate = match &config.federate {
+        None => None,
+        Some(f) => {
+            let service_redis = config.redis.as_ref().map(|r| r.url.as_str());
+            let pool = settings::resolve(f, service_redis).map_err(|message| ConfigError {
+                file: config_path.to_owned(),
+                message,
+            })?;
+            match pool {
+                None => {
+                    info!("federate: off (no pool id, ingress off or control plane off)");
+                    None
+                }
+                Some(pool) => {
+                    let pool_redis = match &redis {
+                        Some(r) if service_redis == Some(pool.redis_url.as_str()) => r.clone(),
+                        _ => Redis::connect(&pool.redis_url, shutdown.clone()).map_err(|e| {
+                            anyhow::anyhow!("federate Redis {}: {e}", pool.redis_url)
+                        })?,
+                    };
+                    let federate =
+                        Federate::new(f, pool, pool_redis, view.clone(), presence.clone());
+                    tasks.spawn(
+                        federate
+                            .clone()
+                            .run(presence_changed.subscribe(), shutdown.clone()),
+                    );
+                    Some(federate)
+                }
+            }
+        }
+    };
     let outputs = Outputs {
         view: view.clone(),
         publisher,
@@ -123,7 +152,9 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
             ingress: Ingress {
                 view: view.clone(),
                 claims,
+                federate: federate.clone(),
             },
+            federate: federate.clone(),
             gates: Gates::new(redis.clone()),
             presence: presence.clone(),
             redis: redis.clone(),

@@ -10,10 +10,19 @@
 //!    in-memory lookup, no Redis round trip;
 //! 6. otherwise (unassigned, excluded, assignee offline) the first claimer of the message
 //!    signature `(group, user, plaintext, time)` wins, Pallas-compatible.
+//!
+//! In a federate pool, messages from other deployments' bots (or @-mentioning only them) are
+//! left to them; a `command` message is first checked against the group's owning deployment;
+//! and the bot this deployment picked must then win the pool-wide federate claim (after the
+//! candidate round when the caller names a candidate capability).
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
 use super::claim::{Claims, valid_plugin};
+use super::federate::claim::{CANDIDATE_PLUGIN, PLUGIN as FEDERATE_PLUGIN};
+use super::federate::{self, Federate};
 use super::signature::Signature;
 use crate::view::View;
 
@@ -48,6 +57,13 @@ pub struct Request {
     pub lane: Lane,
     #[serde(default)]
     pub plugin: Option<String>,
+    /// Federate candidate capability (`command`, `llm_alias`, `hosted_activity`): this bot
+    /// registers and only the smallest candidate bot claims.
+    #[serde(default)]
+    pub candidate: Option<String>,
+    /// A hard trigger without a capability: yield to any registered candidate.
+    #[serde(default)]
+    pub candidate_wait: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -69,6 +85,7 @@ fn decision(handle: bool, reason: impl Into<String>, assignee: Option<String>) -
 pub struct Ingress {
     pub view: View,
     pub claims: Claims,
+    pub federate: Option<Arc<Federate>>,
 }
 
 impl Ingress {
@@ -85,12 +102,19 @@ impl Ingress {
         }
         let view = &self.view;
         let p = r.platform.as_str();
+        let federate = self.federate.as_ref();
         if view.is_fleet_bot(p, &r.user_id.to_string()) {
             return Ok(decision(false, "sent by a bot of the fleet", None));
+        }
+        if federate.is_some_and(|f| f.is_peer_bot(r.user_id)) {
+            return Ok(decision(false, "sent by a bot of another deployment", None));
         }
         let Some(group) = r.group_id else {
             return Ok(decision(true, "private message", None));
         };
+        if let Some(f) = federate {
+            f.touch(group);
+        }
         let mentioned: Vec<i64> =
             r.at.iter()
                 .copied()
@@ -105,9 +129,43 @@ impl Ingress {
             };
             return Ok(decision(me, why, None));
         }
+        if let Some(f) = federate
+            && r.at.iter().any(|b| f.is_peer_bot(*b))
+        {
+            return Ok(decision(
+                false,
+                "a bot of another deployment is mentioned",
+                None,
+            ));
+        }
         if r.lane == Lane::Fanout {
             return Ok(decision(true, "fanout lane", None));
         }
+        if let Some(f) = federate
+            && r.lane == Lane::Command
+        {
+            let owner = f.owner(group, &r.text, federate::now());
+            if !owner.should_process {
+                let why = format!("group owned by deployment {}", owner.owner);
+                return Ok(decision(false, why, None));
+            }
+        }
+        let time = r.time.trunc() as i64;
+        let key = Signature::new(group, r.user_id, &r.text, time, true, true).key();
+        let local = self.local_decision(r, plugin, group, key).await;
+        match federate {
+            Some(f) if local.handle && f.has_peer_bots() => {
+                Ok(pool_claim(f, r, group, key, local).await)
+            }
+            _ => Ok(local),
+        }
+    }
+
+    /// Which bot of this deployment handles the message: the online assignee, else the
+    /// first claimer.
+    async fn local_decision(&self, r: &Request, plugin: &str, group: i64, key: u64) -> Decision {
+        let view = &self.view;
+        let p = r.platform.as_str();
         let channel = group.to_string();
         let assignee = view.assignee(p, &channel);
         let excluded = view.is_excluded(p, &channel);
@@ -122,23 +180,49 @@ impl Ingress {
                 } else {
                     "assigned to another bot"
                 };
-                return Ok(decision(me, why, assignee));
+                return decision(me, why, assignee);
             }
         };
-        let time = r.time.trunc() as i64;
-        let key = Signature::new(group, r.user_id, &r.text, time, true, true).key();
         let (won, via) = self.claims.claim(plugin, group, key, r.self_id).await;
         let outcome = if won {
             "won the claim"
         } else {
             "claimed by another bot"
         };
-        Ok(decision(
+        decision(
             won,
             format!("{why_no_assignee}: {outcome} ({})", via.describe()),
             assignee,
-        ))
+        )
     }
+}
+
+/// The pool-wide claim for the bot this deployment picked: one deployment per message.
+async fn pool_claim(f: &Federate, r: &Request, group: i64, key: u64, local: Decision) -> Decision {
+    let capability = r.candidate.as_deref().map(str::trim).unwrap_or("");
+    let mut plugin = FEDERATE_PLUGIN;
+    if !capability.is_empty() {
+        if let Err(outcome) = f.claims.candidate(capability, r.self_id, group, key).await {
+            return decision(
+                false,
+                format!("{}; {}", local.reason, outcome.describe()),
+                local.assignee,
+            );
+        }
+        plugin = CANDIDATE_PLUGIN;
+    } else if r.candidate_wait && f.claims.yields_to_candidates(group, key).await {
+        return decision(
+            false,
+            format!("{}; a candidate bot takes it", local.reason),
+            local.assignee,
+        );
+    }
+    let outcome = f.claims.claim(plugin, group, key, capability).await;
+    decision(
+        outcome.won(),
+        format!("{}; {}", local.reason, outcome.describe()),
+        local.assignee,
+    )
 }
 
 fn parse_id<E: serde::de::Error>(v: &serde_json::Value) -> Result<i64, E> {

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::redis::Redis;
@@ -47,7 +46,7 @@ pub fn record(qq: i64, connected_at: i64, last_seen: f64, nickname: &str) -> Str
 pub async fn run(
     redis: Redis,
     presence: Presence,
-    changed: std::sync::Arc<Notify>,
+    mut changed: tokio::sync::watch::Receiver<()>,
     shutdown: CancellationToken,
 ) {
     let mut ours: HashSet<String> = HashSet::new();
@@ -59,7 +58,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = changed.notified() => {}
+            _ = changed.changed() => {}
             _ = tokio::time::sleep(PERIOD) => {}
         }
     }

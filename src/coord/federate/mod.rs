@@ -1,3 +1,468 @@
 //! The federate layer: one answer per group across the deployments of a Pallas-Bot pool.
+//!
+//! Every deployment publishes a heartbeat (`{P}:peer_bots:{deployment}`, [`peers`]) and reads
+//! everyone else's; from the same heartbeats every deployment computes the same group owner
+//! ([`ring`]), and a `SET NX` claim ([`claim`]) lets exactly one deployment take each message.
+//! The groups a deployment sees messages from are its present groups ([`present`]). The pool
+//! and its key prefix are resolved as upstream ([`settings`]).
+//!
+//! [`Federate`] ties them together: a background task heartbeats and refreshes the roster,
+//! the ingress decision asks [`Federate::owner`] and [`Federate::claims`].
 
+pub mod claim;
+pub mod peers;
+pub mod present;
 pub mod ring;
+pub mod settings;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use self::claim::IngressClaims;
+use self::peers::{LocalRecord, Peer};
+use self::present::PresentGroups;
+use self::ring::{Local, Owner, PeerView};
+use self::settings::Pool;
+use crate::config::FederateConfig;
+use crate::coord::redis::Redis;
+use crate::presence::Presence;
+use crate::view::View;
+
+/// The pool as last read from Redis.
+#[derive(Default)]
+pub struct Roster {
+    pub peers: BTreeMap<String, Peer>,
+    /// What the owner computation reads, per peer.
+    pub views: BTreeMap<String, PeerView>,
+    /// Every peer's bots: their messages are never handled here.
+    pub peer_bots: HashSet<i64>,
+    /// Records that could not be parsed: key → why. They are skipped, not fatal.
+    pub malformed: BTreeMap<String, String>,
+    pub refreshed_at: Option<Instant>,
+    pub last_error: Option<String>,
+}
+
+pub struct Federate {
+    pub pool: Pool,
+    config: FederateConfig,
+    redis: Redis,
+    local: Local,
+    view: View,
+    presence: Presence,
+    roster: RwLock<Arc<Roster>>,
+    present: PresentGroups,
+    pub claims: IngressClaims,
+    /// The last heartbeat published: the local side of the assignment rule uses exactly what
+    /// peers can read, so both sides decide from the same data.
+    published: RwLock<Arc<LocalRecord>>,
+}
+
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Federate {
+    /// Joins `pool`; [`Federate::run`] then keeps the heartbeat and the roster going.
+    pub fn new(
+        config: &FederateConfig,
+        pool: Pool,
+        redis: Redis,
+        view: View,
+        presence: Presence,
+    ) -> Arc<Federate> {
+        let local = Local {
+            mine: pool.deployment.clone(),
+            caps: config.command_capabilities.clone(),
+            plaintext_to_id: config.command_ids.clone(),
+            permission_levels: config
+                .command_permission_levels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.trim().to_lowercase()))
+                .collect(),
+            rotate_sec: config.owner_rotate_sec,
+            prefer_local: config.prefer_local_owner,
+        };
+        info!(
+            "federate: pool {:?} as deployment {} under {}:*",
+            pool.id, pool.deployment, pool.prefix
+        );
+        Arc::new(Federate {
+            claims: IngressClaims::new(
+                redis.clone(),
+                &pool.prefix,
+                &pool.deployment,
+                pool.claim_ttl,
+            ),
+            pool,
+            config: config.clone(),
+            redis,
+            local,
+            view,
+            presence,
+            roster: RwLock::default(),
+            present: PresentGroups::default(),
+            published: RwLock::default(),
+        })
+    }
+
+    fn peer_key(&self, deployment: &str) -> String {
+        format!("{}:peer_bots:{deployment}", self.pool.prefix)
+    }
+
+    fn present_key(&self) -> String {
+        format!(
+            "{}:present_groups:{}",
+            self.pool.prefix, self.pool.deployment
+        )
+    }
+
+    pub fn roster(&self) -> Arc<Roster> {
+        self.roster
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether `user` is a bot of another deployment of the pool.
+    pub fn is_peer_bot(&self, user: i64) -> bool {
+        self.roster().peer_bots.contains(&user)
+    }
+
+    /// Upstream's "peers exist" for claims: some peer has bots.
+    pub fn has_peer_bots(&self) -> bool {
+        !self.roster().peer_bots.is_empty()
+    }
+
+    /// The group's owning deployment for this text, at wall time `now`.
+    pub fn owner(&self, group: i64, plain: &str, now: f64) -> Owner {
+        let roster = self.roster();
+        let mut owner = self.local.owner(&roster.views, group, Some(plain), now);
+        if self.config.respect_assignment {
+            let published = self
+                .published
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let mine = published.assigned_group_ids.as_ref();
+            self.local.respect_assignment(
+                &mut owner,
+                &roster.views,
+                group,
+                mine.unwrap_or(&BTreeSet::new()),
+                now,
+            );
+        }
+        owner
+    }
+
+    /// Notes a message from `group` (present groups); writes the ZSET in the background.
+    pub fn touch(self: &Arc<Self>, group: i64) {
+        let now = now();
+        if self.present.touch(group, now) {
+            let federate = self.clone();
+            tokio::spawn(async move {
+                if let Some(mut conn) = federate.redis.conn().await {
+                    let ttl = present::WINDOW_SEC as u64 + federate.config.heartbeat_ttl;
+                    let key = federate.present_key();
+                    if let Err(e) =
+                        PresentGroups::write_remote(&mut conn, &key, group, now, ttl).await
+                    {
+                        tracing::debug!("federate: present group {group}: {e}");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Heartbeats and refreshes the roster every `refreshInterval` and at once when a bot goes
+    /// online or offline; on shutdown leaves the pool by deleting the heartbeat.
+    pub async fn run(
+        self: Arc<Self>,
+        mut presence_changed: watch::Receiver<()>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            self.heartbeat().await;
+            self.refresh().await;
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = presence_changed.changed() => {}
+                _ = tokio::time::sleep(self.config.refresh_interval) => {}
+            }
+        }
+        // Leaving cleanly: peers take the groups over at their next refresh, not after the TTL.
+        let own = self.peer_key(&self.pool.deployment);
+        if let Some(mut conn) = self.redis.conn().await {
+            let deleted = tokio::time::timeout(
+                Duration::from_secs(2),
+                redis::cmd("DEL").arg(&own).query_async::<i64>(&mut conn),
+            )
+            .await;
+            if !matches!(deleted, Ok(Ok(_))) {
+                warn!("federate: could not remove {own}; peers drop it after its TTL");
+            }
+        }
+    }
+
+    /// The record this deployment publishes now.
+    async fn local_record(&self) -> LocalRecord {
+        let platform = &self.config.platform;
+        let mut record = LocalRecord {
+            deployment_id: self.pool.deployment.clone(),
+            deployment_name: self.config.deployment_name.clone(),
+            updated_at: now() as i64,
+            command_capabilities: self.config.command_capabilities.iter().cloned().collect(),
+            command_permission_levels: self.local.permission_levels.clone().into_iter().collect(),
+            public_bot_ids: self.config.public_bot_ids.iter().copied().collect(),
+            ..LocalRecord::default()
+        };
+        for (bot, online, _) in self.view.bots(platform) {
+            let Ok(id) = bot.parse::<i64>() else { continue };
+            record.bot_ids.insert(id);
+            if online {
+                record.online_bot_ids.insert(id);
+                if let Some(p) = self.presence.get(platform, &bot) {
+                    record.names.insert(id, p.nickname);
+                }
+            }
+        }
+        let key = self.present_key();
+        let mut conn = self.redis.conn().await;
+        record.present_group_ids = self
+            .present
+            .collect(conn.as_mut().map(|c| (c, key.as_str())), now())
+            .await;
+        if self.config.respect_assignment {
+            let assigned = record
+                .present_group_ids
+                .iter()
+                .filter(|g| {
+                    let channel = g.to_string();
+                    !self.view.is_excluded(platform, &channel)
+                        && self
+                            .view
+                            .assignee(platform, &channel)
+                            .and_then(|b| b.parse::<i64>().ok())
+                            .is_some_and(|b| record.online_bot_ids.contains(&b))
+                })
+                .copied()
+                .collect();
+            record.assigned_group_ids = Some(assigned);
+        }
+        record
+    }
+
+    /// `SET {P}:peer_bots:{deployment} <json> EX ttl`.
+    async fn heartbeat(&self) {
+        let record = self.local_record().await;
+        let Some(mut conn) = self.redis.conn().await else {
+            return;
+        };
+        let written = redis::cmd("SET")
+            .arg(self.peer_key(&self.pool.deployment))
+            .arg(record.payload())
+            .arg("EX")
+            .arg(self.config.heartbeat_ttl)
+            .query_async::<()>(&mut conn)
+            .await;
+        match written {
+            Ok(()) => *self.published.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(record),
+            Err(e) => warn!("federate: heartbeat not published: {e}"),
+        }
+    }
+
+    /// Reads every peer record. A record that does not parse is reported and skipped (upstream
+    /// would keep its whole previous roster instead); when Redis stays unreadable longer than
+    /// the heartbeat TTL, the peers are forgotten as their keys would have expired.
+    async fn refresh(&self) {
+        match self.read_roster().await {
+            Ok(mut roster) => {
+                let previous = self.roster();
+                for (key, why) in &roster.malformed {
+                    if previous.malformed.get(key) != Some(why) {
+                        warn!("federate: ignoring malformed peer record {key}: {why}");
+                    }
+                }
+                self.warn_incompatible(&roster, &previous);
+                roster.refreshed_at = Some(Instant::now());
+                *self.roster.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(roster);
+            }
+            Err(e) => {
+                let previous = self.roster();
+                let expired = previous
+                    .refreshed_at
+                    .is_none_or(|t| t.elapsed().as_secs() > self.config.heartbeat_ttl);
+                if previous.last_error.as_deref() != Some(e.as_str()) {
+                    warn!("federate: cannot read the pool: {e}");
+                }
+                let next = Roster {
+                    peers: if expired {
+                        BTreeMap::new()
+                    } else {
+                        previous.peers.clone()
+                    },
+                    views: if expired {
+                        BTreeMap::new()
+                    } else {
+                        previous.views.clone()
+                    },
+                    peer_bots: if expired {
+                        HashSet::new()
+                    } else {
+                        previous.peer_bots.clone()
+                    },
+                    malformed: previous.malformed.clone(),
+                    refreshed_at: previous.refreshed_at,
+                    last_error: Some(e),
+                };
+                *self.roster.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
+            }
+        }
+    }
+
+    async fn read_roster(&self) -> Result<Roster, String> {
+        let mut conn = self.redis.conn().await.ok_or("Redis not connected")?;
+        let pattern = format!("{}:peer_bots:*", self.pool.prefix);
+        let own = self.peer_key(&self.pool.deployment);
+        let mut keys = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(100)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            keys.extend(batch.into_iter().filter(|k| *k != own));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        keys.sort();
+        keys.dedup();
+        let mut roster = Roster::default();
+        for chunk in keys.chunks(100) {
+            let values: Vec<Option<String>> = redis::cmd("MGET")
+                .arg(chunk)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            for (key, value) in chunk.iter().zip(values) {
+                let Some(text) = value else { continue };
+                match peers::parse(key, &text) {
+                    Err(why) => {
+                        roster.malformed.insert(key.clone(), why);
+                    }
+                    Ok(peer) if peer.deployment_id == self.pool.deployment => {}
+                    Ok(peer) => {
+                        roster.peer_bots.extend(&peer.bot_ids);
+                        roster
+                            .views
+                            .insert(peer.deployment_id.clone(), peer.view.clone());
+                        roster.peers.insert(peer.deployment_id.clone(), peer);
+                    }
+                }
+            }
+        }
+        Ok(roster)
+    }
+
+    /// Upstream warns about peers of another protocol only when they share a present group.
+    fn warn_incompatible(&self, roster: &Roster, previous: &Roster) {
+        let published = self
+            .published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mine: BTreeSet<i64> = published.present_group_ids.iter().copied().collect();
+        for (dep, peer) in &roster.peers {
+            let shared = peer
+                .view
+                .present_groups
+                .as_ref()
+                .is_some_and(|g| !g.is_disjoint(&mine));
+            let known = previous.peers.get(dep).is_some_and(|p| !p.compatible());
+            if !peer.compatible() && shared && !known {
+                warn!(
+                    "federate: peer {dep} speaks capability protocol {:?} / ingress protocol {:?}, \
+                     not {}",
+                    peer.capability_protocol,
+                    peer.ingress_protocol,
+                    peers::PROTOCOL
+                );
+            }
+        }
+    }
+
+    /// `GET /v1/federate/peers`.
+    pub fn describe(&self) -> Value {
+        let roster = self.roster();
+        let published = self
+            .published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let now = now();
+        let peers: Vec<Value> = roster
+            .peers
+            .values()
+            .map(|p| {
+                json!({
+                    "deployment_id": p.deployment_id,
+                    "deployment_name": p.deployment_name,
+                    "bot_ids": p.bot_ids,
+                    "online_bot_ids": p.online_bot_ids,
+                    "public_bot_ids": p.public_bot_ids,
+                    "public_online_bot_names": p.public_names,
+                    "present_group_ids": p.view.present_groups,
+                    "assigned_group_ids": p.view.assigned_groups,
+                    "command_capabilities": p.view.capabilities,
+                    "command_permission_levels": p.view.permission_levels,
+                    "group_admin_bot_ids": p.view.group_admin_bot_ids,
+                    "ingress_capabilities": p.ingress_capabilities,
+                    "command_capability_protocol": p.capability_protocol,
+                    "ingress_protocol": p.ingress_protocol,
+                    "compatible": p.compatible(),
+                    "updated_at": p.updated_at,
+                    "heartbeat_age_sec": p.updated_at.map(|t| (now - t as f64).max(0.0).round()),
+                })
+            })
+            .collect();
+        let malformed: Vec<Value> = roster
+            .malformed
+            .iter()
+            .map(|(key, error)| json!({ "key": key, "error": error }))
+            .collect();
+        json!({
+            "pool": self.pool.id,
+            "prefix": self.pool.prefix,
+            "deployment_id": self.pool.deployment,
+            "local": {
+                "deployment_name": published.deployment_name,
+                "bot_ids": published.bot_ids,
+                "online_bot_ids": published.online_bot_ids,
+                "present_group_ids": published.present_group_ids,
+                "assigned_group_ids": published.assigned_group_ids,
+                "command_capabilities": published.command_capabilities,
+                "updated_at": published.updated_at,
+            },
+            "peers": peers,
+            "malformed": malformed,
+            "last_refresh_age_sec": roster.refreshed_at.map(|t| t.elapsed().as_secs_f64()),
+            "last_error": roster.last_error,
+            "audit": self.claims.audit.totals(),
+        })
+    }
+}

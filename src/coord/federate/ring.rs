@@ -148,6 +148,9 @@ pub struct Owner {
     pub should_process: bool,
     pub should_yield: bool,
     pub peer_declared: bool,
+    /// With respectAssignment: the deployments of the present ring whose online bots are
+    /// assigned the group, when that rule decided the owner.
+    pub assignee_ring: Option<Vec<String>>,
 }
 
 /// The group-admin owner: a deployment and its bot.
@@ -361,7 +364,53 @@ impl Local {
             command_id: self.command_id(text),
             should_yield,
             peer_declared,
+            assignee_ring: None,
         }
+    }
+
+    /// auto-assign's rule on top of upstream: when every deployment of the present ring says
+    /// which groups it is assigned (`assigned_groups`; `mine_assigned` for this one) and some
+    /// but not all of them claim `group`, the owner is picked among those, with the same time
+    /// bucket and prefer-local. A ring with a deployment that does not say (a Pallas-Bot)
+    /// keeps the pure upstream answer, so mixed pools agree.
+    pub fn respect_assignment(
+        &self,
+        owner: &mut Owner,
+        peers: &BTreeMap<String, PeerView>,
+        group: i64,
+        mine_assigned: &BTreeSet<i64>,
+        now: f64,
+    ) {
+        let ring = &owner.present_ring;
+        if ring.len() < 2 || self.mine.is_empty() {
+            return;
+        }
+        let mut claimants = Vec::new();
+        for dep in ring {
+            let assigned = if *dep == self.mine {
+                Some(mine_assigned)
+            } else {
+                peers
+                    .get(dep.as_str())
+                    .and_then(|p| p.assigned_groups.as_ref())
+            };
+            match assigned {
+                None => return,
+                Some(groups) if groups.contains(&group) => claimants.push(dep.clone()),
+                Some(_) => {}
+            }
+        }
+        if claimants.is_empty() || claimants.len() == ring.len() {
+            return;
+        }
+        owner.ring_index = ring_index(group, claimants.len(), now, self.rotate_sec);
+        owner.owner = if self.prefer_local && claimants.contains(&self.mine) {
+            self.mine.clone()
+        } else {
+            claimants[owner.ring_index].clone()
+        };
+        owner.should_process = owner.owner == self.mine;
+        owner.assignee_ring = Some(claimants);
     }
 
     /// `federate_group_admin_owner`: among the present ring (no time bucket, no prefer-local),
@@ -426,5 +475,46 @@ mod tests {
         assert!(!covers(Some(&["STRASSE".into()]), "straße 1"));
         assert!(!covers(Some(&["牛牛".into()]), "牛牛吃什么"));
         assert!(covers(None, "x") && !covers(None, "  "));
+    }
+
+    fn aware(present: &[i64], assigned: &[i64]) -> PeerView {
+        PeerView {
+            present_groups: Some(present.iter().copied().collect()),
+            assigned_groups: Some(assigned.iter().copied().collect()),
+            ..PeerView::default()
+        }
+    }
+
+    #[test]
+    fn the_assignee_deployment_owns_its_group() {
+        let local = Local {
+            mine: "dep-a".into(),
+            ..Local::default()
+        };
+        // Group 1: upstream (1 % 2) picks dep-b; only dep-a is assigned it.
+        let peers = BTreeMap::from([("dep-b".to_owned(), aware(&[1, 2], &[2]))]);
+        let mut o = local.owner(&peers, 1, None, 0.0);
+        assert_eq!(o.owner, "dep-b");
+        local.respect_assignment(&mut o, &peers, 1, &BTreeSet::from([1]), 0.0);
+        assert_eq!((o.owner.as_str(), o.should_process), ("dep-a", true));
+        // Group 2: dep-b is assigned it, upstream (2 % 2) would pick dep-a.
+        let mut o = local.owner(&peers, 2, None, 0.0);
+        assert_eq!(o.owner, "dep-a");
+        local.respect_assignment(&mut o, &peers, 2, &BTreeSet::from([1]), 0.0);
+        assert_eq!((o.owner.as_str(), o.should_process), ("dep-b", false));
+        // Both assigned: upstream's answer stands.
+        let mut o = local.owner(&peers, 2, None, 0.0);
+        local.respect_assignment(&mut o, &peers, 2, &BTreeSet::from([2]), 0.0);
+        assert_eq!(
+            (o.owner.as_str(), o.assignee_ring.as_ref()),
+            ("dep-a", None)
+        );
+        // A Pallas-Bot peer (no assigned_groups) keeps the pure upstream answer.
+        let mut legacy = aware(&[1], &[]);
+        legacy.assigned_groups = None;
+        let peers = BTreeMap::from([("dep-b".to_owned(), legacy)]);
+        let mut o = local.owner(&peers, 1, None, 0.0);
+        local.respect_assignment(&mut o, &peers, 1, &BTreeSet::from([1]), 0.0);
+        assert_eq!(o.owner, "dep-b");
     }
 }

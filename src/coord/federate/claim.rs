@@ -1,0 +1,385 @@
+//! The federate ingress claim (`claim_federate_group_message_ingress`): one deployment of the
+//! pool wins each message, by `SET {P}:ingress:{plugin}:{group}:{key} {deployment} NX EX ttl`.
+//!
+//! As upstream: a won message is remembered for 8 s (so the deployment's other bots, asking
+//! about the same message, need no round trip); concurrent asks for one message share one
+//! Redis call; a Redis error or a 3 s timeout loses (fail-closed: better silent than twice);
+//! candidates (bots that would handle a hard trigger) register first and only the smallest
+//! bot id claims, under `federate_ingress_v2`; outcomes are counted in `{P}:ingress_audit`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::coord::redis::Redis;
+
+pub const PLUGIN: &str = "federate_ingress";
+pub const CANDIDATE_PLUGIN: &str = "federate_ingress_v2";
+const WIN_CACHE: Duration = Duration::from_secs(8);
+const WIN_CACHE_MAX: usize = 20_000;
+const CANDIDATE_TTL_SEC: i64 = 2;
+const CANDIDATE_WAIT: Duration = Duration::from_millis(150);
+const FOLLOWER_WAIT: Duration = Duration::from_millis(500);
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(3);
+const AUDIT_TTL_SEC: i64 = 300;
+const AUDIT_FLUSH_DELAY: Duration = Duration::from_millis(500);
+
+type Key = (String, u64);
+
+pub struct IngressClaims {
+    redis: Redis,
+    prefix: String,
+    deployment: String,
+    ttl: u64,
+    wins: Mutex<HashMap<Key, Instant>>,
+    inflight: Mutex<HashMap<Key, watch::Receiver<Option<bool>>>>,
+    pub audit: Arc<Audit>,
+}
+
+/// What a claim came to, with the words the ingress decision reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Won,
+    CachedWin,
+    Lost,
+    /// Another ask for the same message decided it.
+    Shared(bool),
+    Timeout,
+    RedisError,
+    CandidateYield,
+    RegistrationFailed,
+}
+
+impl Outcome {
+    pub fn won(self) -> bool {
+        matches!(
+            self,
+            Outcome::Won | Outcome::CachedWin | Outcome::Shared(true)
+        )
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Outcome::Won => "won the federate claim",
+            Outcome::CachedWin => "federate claim already won",
+            Outcome::Lost => "another deployment won the federate claim",
+            Outcome::Shared(true) => "federate claim won by a concurrent ask",
+            Outcome::Shared(false) => "federate claim lost by a concurrent ask",
+            Outcome::Timeout => "federate claim timed out",
+            Outcome::RedisError => "federate Redis unavailable (fail-closed)",
+            Outcome::CandidateYield => "a smaller candidate bot takes it",
+            Outcome::RegistrationFailed => "candidate registration failed",
+        }
+    }
+}
+
+/// Removes an in-flight entry when its owner finishes or is dropped mid-way, so a cancelled
+/// ask never leaves followers waiting on a dead channel.
+struct InflightGuard<'a> {
+    claims: &'a IngressClaims,
+    key: Key,
+    rx: watch::Receiver<Option<bool>>,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self
+            .claims
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if inflight
+            .get(&self.key)
+            .is_some_and(|rx| rx.same_channel(&self.rx))
+        {
+            inflight.remove(&self.key);
+        }
+    }
+}
+
+impl IngressClaims {
+    pub fn new(redis: Redis, prefix: &str, deployment: &str, ttl: u64) -> IngressClaims {
+        IngressClaims {
+            audit: Arc::new(Audit::new(redis.clone(), format!("{prefix}:ingress_audit"))),
+            redis,
+            prefix: prefix.to_owned(),
+            deployment: deployment.to_owned(),
+            ttl,
+            wins: Mutex::default(),
+            inflight: Mutex::default(),
+        }
+    }
+
+    pub fn claim_key(&self, plugin: &str, group: i64, key: u64) -> String {
+        format!("{}:ingress:{plugin}:{group}:{key}", self.prefix)
+    }
+
+    pub fn candidate_key(&self, group: i64, key: u64) -> String {
+        format!("{}:ingress_candidates:{group}:{key}", self.prefix)
+    }
+
+    /// Claims message `key` of `group` for this deployment. `capability` only labels the
+    /// audit counts.
+    pub async fn claim(&self, plugin: &str, group: i64, key: u64, capability: &str) -> Outcome {
+        let cache_key = (plugin.to_owned(), key);
+        let joined = {
+            let mut wins = self.wins.lock().unwrap_or_else(|e| e.into_inner());
+            if wins.get(&cache_key).is_some_and(|t| Instant::now() < *t) {
+                return Outcome::CachedWin;
+            }
+            if wins.len() > WIN_CACHE_MAX {
+                let now = Instant::now();
+                wins.retain(|_, t| now < *t);
+                if wins.len() > WIN_CACHE_MAX {
+                    wins.clear();
+                }
+            }
+            let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            match inflight.get(&cache_key) {
+                Some(rx) => Err(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    inflight.insert(cache_key.clone(), rx.clone());
+                    Ok((tx, rx))
+                }
+            }
+        };
+        match joined {
+            Err(mut rx) => {
+                let shared = tokio::time::timeout(FOLLOWER_WAIT, rx.wait_for(Option::is_some))
+                    .await
+                    .map(|r| r.map(|v| v.unwrap_or(false)));
+                match shared {
+                    Ok(Ok(won)) => Outcome::Shared(won),
+                    Ok(Err(_)) => Outcome::Shared(false),
+                    Err(_) => {
+                        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                        if inflight
+                            .get(&cache_key)
+                            .is_some_and(|r| r.same_channel(&rx))
+                        {
+                            inflight.remove(&cache_key);
+                        }
+                        self.audit.record(capability, "claim_timeout");
+                        Outcome::Timeout
+                    }
+                }
+            }
+            Ok((tx, rx)) => {
+                let _guard = InflightGuard {
+                    claims: self,
+                    key: cache_key.clone(),
+                    rx,
+                };
+                let result =
+                    tokio::time::timeout(CLAIM_TIMEOUT, self.redis_claim(plugin, group, key)).await;
+                let outcome = match result {
+                    Err(_) => Outcome::Timeout,
+                    Ok(Err(e)) => {
+                        tracing::debug!("federate claim: {e}");
+                        Outcome::RedisError
+                    }
+                    Ok(Ok(true)) => Outcome::Won,
+                    Ok(Ok(false)) => Outcome::Lost,
+                };
+                if outcome == Outcome::Won {
+                    let mut wins = self.wins.lock().unwrap_or_else(|e| e.into_inner());
+                    wins.insert(cache_key, Instant::now() + WIN_CACHE);
+                }
+                let _ = tx.send(Some(outcome.won()));
+                let audited = match outcome {
+                    Outcome::Won => "winner",
+                    Outcome::Timeout => "claim_timeout",
+                    _ => "lost",
+                };
+                self.audit.record(capability, audited);
+                outcome
+            }
+        }
+    }
+
+    /// `SET NX EX`; when taken, whether the holder is this deployment (a re-ask).
+    async fn redis_claim(&self, plugin: &str, group: i64, key: u64) -> redis::RedisResult<bool> {
+        let mut conn = self.redis.conn().await.ok_or_else(not_connected)?;
+        let k = self.claim_key(plugin, group, key);
+        let set: Option<String> = redis::cmd("SET")
+            .arg(&k)
+            .arg(&self.deployment)
+            .arg("NX")
+            .arg("EX")
+            .arg(self.ttl)
+            .query_async(&mut conn)
+            .await?;
+        if set.is_some() {
+            return Ok(true);
+        }
+        let holder: Option<String> = redis::cmd("GET").arg(&k).query_async(&mut conn).await?;
+        Ok(holder.is_some_and(|h| h.to_lowercase() == self.deployment))
+    }
+
+    /// The candidate path: register `"{capability}:{bot}"`, wait 150 ms, and go on only as the
+    /// smallest registered bot. `Ok(())`: claim under [`CANDIDATE_PLUGIN`].
+    pub async fn candidate(
+        &self,
+        capability: &str,
+        bot: i64,
+        group: i64,
+        key: u64,
+    ) -> Result<(), Outcome> {
+        self.audit.record(capability, "eligible");
+        let set = self.candidate_key(group, key);
+        let registered = async {
+            if capability.trim().is_empty() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "empty capability",
+                )));
+            }
+            let mut conn = self.redis.conn().await.ok_or_else(not_connected)?;
+            redis::pipe()
+                .sadd(&set, format!("{capability}:{bot}"))
+                .ignore()
+                .expire(&set, CANDIDATE_TTL_SEC)
+                .ignore()
+                .query_async::<()>(&mut conn)
+                .await
+        }
+        .await;
+        if let Err(e) = registered {
+            tracing::debug!("federate candidate: {e}");
+            self.audit
+                .record(capability, "candidate_registration_failed");
+            return Err(Outcome::RegistrationFailed);
+        }
+        self.audit.record(capability, "candidate_registered");
+        tokio::time::sleep(CANDIDATE_WAIT).await;
+        let smallest = self.candidates(&set).await.into_iter().min();
+        if smallest.is_some_and(|min| min != bot) {
+            self.audit.record(capability, "candidate_yield");
+            return Err(Outcome::CandidateYield);
+        }
+        Ok(())
+    }
+
+    /// A hard trigger without a capability yields at once to any registered candidate.
+    pub async fn yields_to_candidates(&self, group: i64, key: u64) -> bool {
+        let set = self.candidate_key(group, key);
+        if self.candidates(&set).await.is_empty() {
+            return false;
+        }
+        self.audit.record("none", "candidate_yield");
+        true
+    }
+
+    async fn candidates(&self, set: &str) -> Vec<i64> {
+        let Some(mut conn) = self.redis.conn().await else {
+            return Vec::new();
+        };
+        let members: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(set)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        members
+            .iter()
+            .filter_map(|m| m.split_once(':'))
+            .filter(|(_, id)| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+            .filter_map(|(_, id)| id.parse().ok())
+            .collect()
+    }
+}
+
+fn not_connected() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "not connected"))
+}
+
+/// `{P}:ingress_audit`: `"{capability}:{outcome}"` counts, batched for 0.5 s.
+pub struct Audit {
+    redis: Redis,
+    key: String,
+    pending: Mutex<BTreeMap<String, i64>>,
+    totals: Mutex<BTreeMap<String, i64>>,
+    flush_scheduled: AtomicBool,
+}
+
+impl Audit {
+    fn new(redis: Redis, key: String) -> Audit {
+        Audit {
+            redis,
+            key,
+            pending: Mutex::default(),
+            totals: Mutex::default(),
+            flush_scheduled: AtomicBool::new(false),
+        }
+    }
+
+    pub fn record(self: &Arc<Self>, capability: &str, outcome: &str) {
+        let outcome = outcome.trim();
+        if outcome.is_empty() {
+            return;
+        }
+        let capability = match capability.trim() {
+            "" => "none",
+            c => c,
+        };
+        let field = format!("{capability}:{outcome}");
+        *self
+            .totals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(field.clone())
+            .or_default() += 1;
+        *self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(field)
+            .or_default() += 1;
+        if !self.flush_scheduled.swap(true, Ordering::AcqRel) {
+            let audit = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(AUDIT_FLUSH_DELAY).await;
+                audit.flush_scheduled.store(false, Ordering::Release);
+                audit.flush().await;
+            });
+        }
+    }
+
+    async fn flush(&self) {
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.is_empty() {
+            return;
+        }
+        let written = match self.redis.conn().await {
+            None => Err(not_connected()),
+            Some(mut conn) => {
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                for (field, n) in &batch {
+                    pipe.hincr(&self.key, field, *n).ignore();
+                }
+                pipe.expire(&self.key, AUDIT_TTL_SEC).ignore();
+                pipe.query_async::<()>(&mut conn).await
+            }
+        };
+        if written.is_err() {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            for (field, n) in batch {
+                *pending.entry(field).or_default() += n;
+            }
+        }
+    }
+
+    /// Every count since start, `federate_ingress_`-prefixed as upstream's summary.
+    pub fn totals(&self) -> BTreeMap<String, i64> {
+        self.totals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (format!("federate_ingress_{k}"), *v))
+            .collect()
+    }
+}

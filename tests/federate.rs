@@ -1,0 +1,399 @@
+//! The federate layer end to end: two service binaries acting as two deployments of one
+//! pool on a real redis-server, asked about the same messages over HTTP.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use auto_assign::coord::federate::ring::ring_index;
+use auto_assign::coord::signature::Signature;
+use serde_json::{Value, json};
+use support::{RedisServer, Service, TempDir, eventually, get, post};
+
+const WAIT: Duration = Duration::from_secs(30);
+const BOT_A: i64 = 1001;
+const BOT_B: i64 = 2001;
+/// Groups both deployments' bots are in.
+const GROUPS: std::ops::RangeInclusive<i64> = 700_001..=700_024;
+/// The first eight are excluded on B: with respectAssignment only A is assigned them.
+const EXCLUDED_ON_B: std::ops::RangeInclusive<i64> = 700_001..=700_008;
+
+struct Deployment {
+    service: Service,
+    url: String,
+    id: String,
+    _dir: TempDir,
+}
+
+/// `extra` goes at the top level of the config, `federate_extra` into `federate:`.
+fn deployment(name: &str, bot: i64, redis: &str, extra: &str, federate_extra: &str) -> Deployment {
+    let dir = TempDir::new(name);
+    let groups: Vec<String> = GROUPS.map(|g| g.to_string()).collect();
+    dir.write(
+        "fleet.yaml",
+        &format!(
+            "bots:\n  - id: {bot}\n    channels: [{}]\n",
+            groups.join(", ")
+        ),
+    );
+    let config = format!(
+        "balanceInterval: 600
+triggerDelays: {{startup: 0, botStatus: 0.2, botOnline: 0.2, botOffline: 0.2, channelJoined: 0.2, channelLeft: 0.2}}
+database: {{url: \"sqlite://state.db\"}}
+sources: {{file: fleet.yaml}}
+api: {{bind: \"127.0.0.1:0\"}}
+{extra}
+federate:
+  id: pool-1
+  redisUrl: {redis}
+  deploymentName: {name}
+  refreshInterval: 0.2
+  heartbeatTtl: 60
+  commandCapabilities: [\"牛牛帮助\"]
+{federate_extra}
+"
+    );
+    let path = dir.write("config.yaml", &config);
+    let service = Service::start(&path);
+    let url = service.api_url();
+    let id = std::fs::read_to_string(dir.join("data/federate/deployment_id"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    Deployment {
+        service,
+        url,
+        id,
+        _dir: dir,
+    }
+}
+
+fn peers(d: &Deployment) -> Value {
+    let (status, body) = get(&format!("{}/v1/federate/peers", d.url), None);
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn peer<'a>(roster: &'a Value, id: &str) -> Option<&'a Value> {
+    roster["peers"]
+        .as_array()?
+        .iter()
+        .find(|p| p["deployment_id"] == id)
+}
+
+fn ids(v: &Value) -> BTreeSet<i64> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_i64)
+        .collect()
+}
+
+fn ask(
+    d: &Deployment,
+    bot: i64,
+    group: i64,
+    user: i64,
+    text: &str,
+    time: i64,
+    lane: &str,
+) -> Value {
+    let (status, body) = post(
+        &format!("{}/v1/ingress", d.url),
+        None,
+        &json!({"platform": "onebot", "self_id": bot, "group_id": group, "user_id": user,
+                "text": text, "time": time, "lane": lane}),
+    );
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Owners rotate every 7,200 s by wall clock; two deployments asked about one message a few
+/// milliseconds apart could straddle the boundary, so start a run well inside a bucket.
+fn clear_of_bucket_boundary(run: Duration) {
+    let left = 7200.0 - unix_now() % 7200.0;
+    if left < run.as_secs_f64() {
+        std::thread::sleep(Duration::from_secs_f64(left + 1.0));
+    }
+}
+
+/// Starts two deployments and waits until each sees the other with every group present.
+fn pool(redis: &RedisServer, b_extra: &str, federate_extra: &str) -> (Deployment, Deployment) {
+    let a = deployment("dep-a", BOT_A, &redis.url(), "", federate_extra);
+    let b = deployment("dep-b", BOT_B, &redis.url(), b_extra, federate_extra);
+    assert_ne!(a.id, b.id);
+    eventually("both rosters", WAIT, || {
+        peer(&peers(&a), &b.id).is_some_and(|p| ids(&p["bot_ids"]) == BTreeSet::from([BOT_B]))
+            && peer(&peers(&b), &a.id)
+                .is_some_and(|p| ids(&p["bot_ids"]) == BTreeSet::from([BOT_A]))
+    });
+    // A message per group makes every group present in both heartbeats.
+    for g in GROUPS {
+        ask(&a, BOT_A, g, 5, "hello", 1, "chat");
+        ask(&b, BOT_B, g, 5, "hello", 1, "chat");
+    }
+    let all: BTreeSet<i64> = GROUPS.collect();
+    eventually("present groups in both heartbeats", WAIT, || {
+        let seen_by_a = peers(&a);
+        let seen_by_b = peers(&b);
+        peer(&seen_by_a, &b.id).is_some_and(|p| ids(&p["present_group_ids"]) == all)
+            && peer(&seen_by_b, &a.id).is_some_and(|p| ids(&p["present_group_ids"]) == all)
+    });
+    (a, b)
+}
+
+#[test]
+fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
+    let redis = RedisServer::start();
+    let excluded: Vec<String> = EXCLUDED_ON_B.map(|g| g.to_string()).collect();
+    let (a, b) = pool(
+        &redis,
+        &format!("excludeChannels: [{}]", excluded.join(", ")),
+        "",
+    );
+
+    // The heartbeat: upstream's fields, and the assignment extension.
+    let raw = redis.cli(&["GET", &format!("pallas:fed:pool-1:peer_bots:{}", a.id)]);
+    let record: Value = serde_json::from_str(&raw).unwrap();
+    let keys: Vec<&str> = record
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "deployment_id",
+            "deployment_name",
+            "bot_ids",
+            "online_bot_ids",
+            "public_bot_ids",
+            "public_online_bot_names",
+            "updated_at",
+            "present_group_ids",
+            "command_capability_protocol",
+            "ingress_protocol",
+            "ingress_capabilities",
+            "command_capabilities",
+            "assigned_group_ids"
+        ]
+    );
+    assert_eq!(record["deployment_name"], "dep-a");
+    assert_eq!(record["command_capabilities"], json!(["牛牛帮助"]));
+    let ttl: i64 = redis
+        .cli(&["TTL", &format!("pallas:fed:pool-1:peer_bots:{}", a.id)])
+        .parse()
+        .unwrap();
+    assert!((50..=60).contains(&ttl), "heartbeat TTL {ttl}");
+    let b_assigned = ids(&peer(&peers(&a), &b.id).unwrap()["assigned_group_ids"]);
+    assert!(b_assigned.iter().all(|g| !EXCLUDED_ON_B.contains(g)));
+    assert_eq!(b_assigned.len(), GROUPS.count() - EXCLUDED_ON_B.count());
+
+    // A bot of the other deployment is never answered, nor a message @-ing only it.
+    let from_peer = ask(&a, BOT_A, 700_010, BOT_B, "hi", 2, "chat");
+    assert_eq!(from_peer["handle"], false);
+    assert_eq!(from_peer["reason"], "sent by a bot of another deployment");
+
+    // 10,000 command-lane messages, both deployments asked about each.
+    clear_of_bucket_boundary(Duration::from_secs(120));
+    let groups: Vec<i64> = GROUPS.collect();
+    let results: Vec<(i64, bool, bool, String, String)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let (a, b, groups) = (&a, &b, &groups);
+                s.spawn(move || {
+                    (0..10_000)
+                        .filter(|i| i % 4 == w)
+                        .map(|i| {
+                            let g = groups[i as usize % groups.len()];
+                            let text = format!("牛牛帮助 {i}");
+                            let time = 1_800_000_000 + i;
+                            let (ra, rb) = if i % 2 == 0 {
+                                let ra = ask(a, BOT_A, g, 100_000 + i, &text, time, "command");
+                                (ra, ask(b, BOT_B, g, 100_000 + i, &text, time, "command"))
+                            } else {
+                                let rb = ask(b, BOT_B, g, 100_000 + i, &text, time, "command");
+                                (ask(a, BOT_A, g, 100_000 + i, &text, time, "command"), rb)
+                            };
+                            let reason = |r: &Value| r["reason"].as_str().unwrap().to_owned();
+                            (
+                                g,
+                                ra["handle"] == true,
+                                rb["handle"] == true,
+                                reason(&ra),
+                                reason(&rb),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    assert_eq!(results.len(), 10_000);
+    let mut handled_by: BTreeMap<i64, BTreeSet<&str>> = BTreeMap::new();
+    for (g, by_a, by_b, why_a, why_b) in &results {
+        assert!(
+            by_a ^ by_b,
+            "group {g}: A {by_a} ({why_a}), B {by_b} ({why_b})"
+        );
+        // The owner decided, not a race: the other deployment yielded to it.
+        let loser = if *by_a { why_b } else { why_a };
+        assert!(loser.starts_with("group owned by deployment"), "{loser}");
+        handled_by
+            .entry(*g)
+            .or_default()
+            .insert(if *by_a { "a" } else { "b" });
+    }
+    assert!(
+        handled_by.values().all(|d| d.len() == 1),
+        "one owner per group: {handled_by:?}"
+    );
+    for g in EXCLUDED_ON_B {
+        assert_eq!(
+            handled_by[&g],
+            BTreeSet::from(["a"]),
+            "group {g} is assigned on A only"
+        );
+    }
+    let b_groups = handled_by.values().filter(|d| d.contains("b")).count();
+    assert!(b_groups > 0, "B owns some of the groups it is assigned");
+
+    // The chat lane: no owner, the claim alone; both asked at the same moment.
+    let messages: Vec<(i64, i64)> = (0..1000)
+        .map(|i| (groups[i % groups.len()], i as i64))
+        .collect();
+    let run = |d: &Deployment, bot: i64| {
+        messages
+            .iter()
+            .map(|(g, i)| {
+                ask(
+                    d,
+                    bot,
+                    *g,
+                    77,
+                    &format!("chat {i}"),
+                    1_800_100_000 + i,
+                    "chat",
+                )["handle"]
+                    == true
+            })
+            .collect::<Vec<bool>>()
+    };
+    let (by_a, by_b) = std::thread::scope(|s| {
+        let ta = s.spawn(|| run(&a, BOT_A));
+        let tb = s.spawn(|| run(&b, BOT_B));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    for (i, (wa, wb)) in by_a.iter().zip(&by_b).enumerate() {
+        assert!(wa ^ wb, "chat message {i}: A {wa}, B {wb}");
+    }
+    let (g, i) = messages[0];
+    let key = Signature::new(g, 77, &format!("chat {i}"), 1_800_100_000 + i, true, true).key();
+    let holder = redis.cli(&[
+        "GET",
+        &format!("pallas:fed:pool-1:ingress:federate_ingress:{g}:{key}"),
+    ]);
+    assert_eq!(&holder, if by_a[0] { &a.id } else { &b.id });
+    assert!(
+        redis
+            .cli(&["HGETALL", "pallas:fed:pool-1:ingress_audit"])
+            .contains("none:winner"),
+        "audit counts are flushed"
+    );
+
+    // A malformed record is reported and skipped; the roster keeps refreshing.
+    redis.cli(&[
+        "SET",
+        "pallas:fed:pool-1:peer_bots:broken",
+        "{not json",
+        "EX",
+        "600",
+    ]);
+    redis.cli(&[
+        "SET",
+        "pallas:fed:pool-1:peer_bots:dep-x",
+        r#"{"deployment_id":"dep-x","bot_ids":[3001],"present_group_ids":[]}"#,
+        "EX",
+        "600",
+    ]);
+    eventually("malformed record reported, new peer seen", WAIT, || {
+        let roster = peers(&a);
+        let malformed = roster["malformed"].as_array().unwrap();
+        malformed.len() == 1
+            && malformed[0]["key"] == "pallas:fed:pool-1:peer_bots:broken"
+            && malformed[0]["error"].as_str().unwrap().contains("not JSON")
+            && peer(&roster, "dep-x").is_some()
+            && peer(&roster, &b.id).is_some()
+    });
+    a.service.wait_for(
+        "ignoring malformed peer record pallas:fed:pool-1:peer_bots:broken",
+        1,
+        WAIT,
+    );
+    let from_x = ask(&a, BOT_A, 700_010, 3001, "hi", 3, "chat");
+    assert_eq!(from_x["reason"], "sent by a bot of another deployment");
+    redis.cli(&["DEL", "pallas:fed:pool-1:peer_bots:dep-x"]);
+
+    // B stops without a goodbye (killed): A keeps it until its heartbeat expires.
+    let b_id = b.id.clone();
+    drop(b);
+    let killed = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(peer(&peers(&a), &b_id).is_some(), "B lives until its TTL");
+    eventually("B's heartbeat expires", Duration::from_secs(90), || {
+        peer(&peers(&a), &b_id).is_none()
+    });
+    assert!(
+        killed.elapsed() >= Duration::from_secs(50),
+        "gone after the 60 s TTL, not before"
+    );
+    for g in GROUPS {
+        let r = ask(&a, BOT_A, g, 9, "牛牛帮助", 1_800_200_000, "command");
+        assert_eq!(r["handle"], true, "group {g}: {r}");
+    }
+}
+
+#[test]
+fn without_respect_assignment_owners_are_pure_upstream_and_a_clean_stop_leaves_at_once() {
+    let redis = RedisServer::start();
+    let excluded: Vec<String> = EXCLUDED_ON_B.map(|g| g.to_string()).collect();
+    let (a, b) = pool(
+        &redis,
+        &format!("excludeChannels: [{}]", excluded.join(", ")),
+        "  respectAssignment: false",
+    );
+    clear_of_bucket_boundary(Duration::from_secs(60));
+    let mut ring = vec![a.id.clone(), b.id.clone()];
+    ring.sort();
+    for g in GROUPS {
+        let expected = &ring[ring_index(g, 2, unix_now(), 7200)];
+        let ra = ask(&a, BOT_A, g, 11, "牛牛帮助", 1_800_300_000, "command");
+        let rb = ask(&b, BOT_B, g, 11, "牛牛帮助", 1_800_300_000, "command");
+        let owner = if ra["handle"] == true { &a.id } else { &b.id };
+        assert_eq!(owner, expected, "group {g}: {ra} / {rb}");
+        assert!(ra["handle"] != rb["handle"], "group {g}: {ra} / {rb}");
+    }
+
+    // A clean stop deletes the heartbeat: A owns everything at its next refresh.
+    let key = format!("pallas:fed:pool-1:peer_bots:{}", b.id);
+    assert_eq!(redis.cli(&["EXISTS", &key]), "1");
+    let b_id = b.id.clone();
+    assert!(b.service.stop().success());
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0");
+    eventually("B left the roster", Duration::from_secs(5), || {
+        peer(&peers(&a), &b_id).is_none()
+    });
+}
