@@ -376,7 +376,7 @@ fn without_respect_assignment_owners_are_pure_upstream_and_a_clean_stop_leaves_a
         "  respectAssignment: false",
     );
     clear_of_bucket_boundary(Duration::from_secs(60));
-    let mut ring = vec![a.id.clone(), b.id.clone()];
+    let mut ring = [a.id.clone(), b.id.clone()];
     ring.sort();
     for g in GROUPS {
         let expected = &ring[ring_index(g, 2, unix_now(), 7200)];
