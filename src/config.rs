@@ -803,4 +803,32 @@ mod tests {
             Database::Postgres("postgres://u@localhost/aa".into())
         );
     }
+
+    #[test]
+    fn federate_section() {
+        let c = parse("federate:\n  id: pool-1\n  commandPermissionLevels: {help: SuperUser}\n")
+            .unwrap();
+        let f = c.federate.unwrap();
+        assert_eq!(f.id, "pool-1");
+        assert_eq!(f.ingress, Tristate::Auto);
+        assert_eq!(f.owner_rotate_sec, 7200);
+        assert!(f.respect_assignment && f.control_plane && !f.prefer_local_owner);
+        assert_eq!((f.heartbeat_ttl, f.claim_ttl), (180, None));
+        assert_eq!(f.data_dir, PathBuf::from("/etc/aa/data"));
+        assert_eq!(parse("{}").unwrap().federate, None);
+        for (text, key) in [
+            ("federate:\n  heartbeatTtl: 30\n", "federate.heartbeatTtl"),
+            ("federate:\n  claimTtl: 5\n", "federate.claimTtl"),
+            (
+                "federate:\n  commandPermissionLevels: {help: admin}\n",
+                "federate.commandPermissionLevels.help",
+            ),
+            ("federate:\n  ingress: maybe\n", "ingress"),
+            ("federate:\n  redisUrl: http://x\n", "federate.redisUrl"),
+            ("federate:\n  bogus: 1\n", "bogus"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
 }

@@ -10,10 +10,12 @@
 //!   [`balance::Plan`].
 //! * [`snapshot`]: the JSON fleet snapshot read by `auto-assign plan`.
 //! * [`config`]: `config.yaml`, typed and validated; [`watch`] notices edits.
-//! * [`source`]: fleet sources turning the outside world into fleet events (`file`).
+//! * [`source`]: fleet sources turning the outside world into fleet events (`file`, `onebot`).
 //! * [`triggers`]: when to rebalance (per-event delays, coalescing).
 //! * [`engine`]: the one writer: events → index → triggers → planner → store.
 //! * [`store`]: the SQL store (Koishi's `channel` table and the rebalance history).
+//! * [`view`], [`api`], [`coord`]: the assignment as seen from outside, the HTTP API, and
+//!   per-message coordination (claims, gates, Redis publication, the federate pool).
 //! * [`service`]: `auto-assign serve`, wiring it all with a clean shutdown.
 //! * [`bench`]: seeded synthetic fleets and the measurements printed by `auto-assign bench`.
 //!

@@ -6,7 +6,11 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+
+use auto_assign::coord::federate::claim::{CANDIDATE_PLUGIN, IngressClaims, Outcome, PLUGIN};
 use auto_assign::coord::federate::ring::ring_index;
+use auto_assign::coord::redis::Redis;
 use auto_assign::coord::signature::Signature;
 use serde_json::{Value, json};
 use support::{RedisServer, Service, TempDir, eventually, get, post};
@@ -363,6 +367,8 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
     for g in GROUPS {
         let r = ask(&a, BOT_A, g, 9, "牛牛帮助", 1_800_200_000, "command");
         assert_eq!(r["handle"], true, "group {g}: {r}");
+        let why = r["reason"].as_str().unwrap();
+        assert!(!why.contains("federate"), "no peers: no pool claim ({why})");
     }
 }
 
@@ -396,4 +402,151 @@ fn without_respect_assignment_owners_are_pure_upstream_and_a_clean_stop_leaves_a
     eventually("B left the roster", Duration::from_secs(5), || {
         peer(&peers(&a), &b_id).is_none()
     });
+}
+
+/// The claim itself against Redis: SET NX per deployment, the win cache, in-flight sharing,
+/// candidates, the audit hash, and fail-closed when Redis is gone.
+#[test]
+fn federate_claims_candidates_and_audit() {
+    let mut server = RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let redis = Redis::connect(&server.url(), shutdown.clone()).unwrap();
+        let until = Instant::now() + WAIT;
+        while redis.conn().await.is_none() {
+            assert!(Instant::now() < until, "redis connection");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let a = Arc::new(IngressClaims::new(
+            redis.clone(),
+            "pallas:fed:pool-1",
+            "dep-a",
+            86_400,
+        ));
+        let b = IngressClaims::new(redis.clone(), "pallas:fed:pool-1", "dep-b", 86_400);
+        let group = 733_291_779;
+        let key = Signature::new(group, 42, "牛牛帮助", 1_786_000_000, true, true).key();
+
+        assert_eq!(a.claim(PLUGIN, group, key, "command").await, Outcome::Won);
+        assert_eq!(
+            a.claim(PLUGIN, group, key, "command").await,
+            Outcome::CachedWin
+        );
+        assert_eq!(b.claim(PLUGIN, group, key, "command").await, Outcome::Lost);
+        let stored = format!("pallas:fed:pool-1:ingress:federate_ingress:{group}:{key}");
+        assert_eq!(server.cli(&["GET", &stored]), "dep-a");
+        let ttl: i64 = server.cli(&["TTL", &stored]).parse().unwrap();
+        assert!((86_390..=86_400).contains(&ttl), "{ttl}");
+
+        // Twenty concurrent asks about one message: one Redis claim, the others share it.
+        let fresh = key + 1;
+        let asks: Vec<_> = (0..20)
+            .map(|_| {
+                let a = a.clone();
+                tokio::spawn(async move { a.claim(PLUGIN, group, fresh, "none").await })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for ask in asks {
+            outcomes.push(ask.await.unwrap());
+        }
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == Outcome::Won).count(),
+            1,
+            "{outcomes:?}"
+        );
+        assert!(outcomes.iter().all(|o| o.won()), "{outcomes:?}");
+
+        // Candidates: both register, the smaller bot claims under federate_ingress_v2.
+        let k2 = Signature::new(group, 43, "@牛牛 唱歌", 1_786_000_001, true, true).key();
+        let (ra, rb) = tokio::join!(
+            a.candidate("command", 3_907_360_849, group, k2),
+            b.candidate("llm_alias", 2_357_682_124, group, k2)
+        );
+        assert_eq!(ra, Err(Outcome::CandidateYield));
+        assert_eq!(rb, Ok(()));
+        let set = format!("pallas:fed:pool-1:ingress_candidates:{group}:{k2}");
+        let members: BTreeSet<String> = server
+            .cli(&["SMEMBERS", &set])
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            members,
+            BTreeSet::from([
+                "command:3907360849".to_owned(),
+                "llm_alias:2357682124".to_owned()
+            ])
+        );
+        let ttl: i64 = server.cli(&["TTL", &set]).parse().unwrap();
+        assert!((1..=2).contains(&ttl), "candidate TTL {ttl}");
+        assert_eq!(
+            b.claim(CANDIDATE_PLUGIN, group, k2, "llm_alias").await,
+            Outcome::Won
+        );
+        assert_eq!(
+            server.cli(&[
+                "GET",
+                &format!("pallas:fed:pool-1:ingress:federate_ingress_v2:{group}:{k2}")
+            ]),
+            "dep-b"
+        );
+        assert!(a.yields_to_candidates(group, k2).await);
+        assert!(!a.yields_to_candidates(group, k2 + 1).await);
+
+        // The audit hash, flushed half a second later.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let audit = server.cli(&["HGETALL", "pallas:fed:pool-1:ingress_audit"]);
+        let fields: BTreeMap<&str, i64> = audit
+            .lines()
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .map(|kv| (kv[0], kv[1].parse().unwrap()))
+            .collect();
+        assert_eq!(fields["command:winner"], 1);
+        assert_eq!(fields["command:lost"], 1);
+        assert_eq!(fields["none:winner"], 1);
+        assert_eq!(fields["command:candidate_yield"], 1);
+        assert_eq!(fields["llm_alias:candidate_registered"], 1);
+        assert_eq!(fields["none:candidate_yield"], 1);
+
+        // Redis gone: the claim fails closed, candidates cannot register.
+        server.stop();
+        let lost = a.claim(PLUGIN, group, key + 2, "none").await;
+        assert!(!lost.won(), "{lost:?}");
+        assert_eq!(
+            a.candidate("command", 1, group, key + 3).await,
+            Err(Outcome::RegistrationFailed)
+        );
+        shutdown.cancel();
+    });
+}
+
+/// A pool that cannot be joined stops the service at start, naming what is missing.
+#[test]
+fn an_unresolvable_pool_is_a_clear_start_up_error() {
+    for (federate, expected) in [
+        ("{ingress: on}", "federate.ingress is on but no pool id"),
+        ("{id: pool-1}", "federate: no coordination Redis"),
+        (
+            "{id: pool-1, bootstrapFile: boot.json}",
+            "federate.bootstrapFile",
+        ),
+    ] {
+        let dir = TempDir::new("federate-bad");
+        dir.write("boot.json", "{not json");
+        let path = dir.write(
+            "config.yaml",
+            &format!("database: {{url: \"sqlite://state.db\"}}\napi: {{bind: null}}\nfederate: {federate}\n"),
+        );
+        let mut service = Service::start(&path);
+        let status = service.wait(WAIT);
+        assert_eq!(status.code(), Some(2), "{federate}: {}", service.log());
+        assert!(
+            service.log().contains(expected),
+            "{federate}: {}",
+            service.log()
+        );
+    }
 }

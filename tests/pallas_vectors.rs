@@ -1,7 +1,10 @@
 //! Golden vectors computed with Pallas-Bot v4.3.9 (tests/data/pallas-vectors.jsonl), and
 //! properties of the normalisation against Python's definitions.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use auto_assign::coord::eval::eval_line;
+use auto_assign::coord::federate::ring::{Local, PeerView};
 use auto_assign::coord::signature::{Signature, is_py_whitespace, normalize_plaintext};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -116,6 +119,97 @@ proptest! {
         }
         prop_assert!(a < size);
         prop_assert_eq!(ring_index(g as i64, size, t as f64, 0), (g as i64).unsigned_abs() as usize % size);
+    }
+}
+
+/// One deployment of a generated pool: its capabilities, permission level for `help`, and
+/// assigned groups.
+#[derive(Clone, Debug)]
+struct Member {
+    caps: Vec<String>,
+    level: &'static str,
+    assigned: BTreeSet<i64>,
+}
+
+fn member() -> impl Strategy<Value = Member> {
+    let caps = proptest::sample::subsequence(vec!["牛牛帮助", "牛牛唱歌", "help"], 0..=3);
+    let level = proptest::sample::select(vec!["everyone", "staff", "superuser"]);
+    let assigned = proptest::collection::btree_set(1i64..6, 0..5);
+    (caps, level, assigned).prop_map(|(caps, level, assigned)| Member {
+        caps: caps.into_iter().map(str::to_owned).collect(),
+        level,
+        assigned,
+    })
+}
+
+/// Deployment `me`'s view of the pool: its own config, everyone else's heartbeat.
+fn view_of(
+    pool: &[Member],
+    me: usize,
+    rotate: i64,
+    respect: bool,
+) -> (Local, BTreeMap<String, PeerView>, Option<BTreeSet<i64>>) {
+    let name = |i: usize| format!("dep-{i}");
+    let local = Local {
+        mine: name(me),
+        caps: pool[me].caps.clone(),
+        plaintext_to_id: [("牛牛帮助".to_owned(), "help".to_owned())]
+            .into_iter()
+            .collect(),
+        permission_levels: [("help".to_owned(), pool[me].level.to_owned())].into(),
+        rotate_sec: rotate,
+        prefer_local: false,
+    };
+    let peers = (0..pool.len())
+        .filter(|i| *i != me)
+        .map(|i| {
+            let view = PeerView {
+                capabilities: Some(pool[i].caps.clone()),
+                permission_levels: Some([("help".to_owned(), pool[i].level.to_owned())].into()),
+                present_groups: Some((1..6).collect()),
+                group_admin_bot_ids: None,
+                assigned_groups: respect.then(|| pool[i].assigned.clone()),
+            };
+            (name(i), view)
+        })
+        .collect();
+    (local, peers, respect.then(|| pool[me].assigned.clone()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Every deployment of a pool, each from its own view (own config, the others'
+    /// heartbeats), picks the same owner, so exactly one processes; and it only changes at
+    /// bucket boundaries. With and without respectAssignment.
+    #[test]
+    fn every_deployment_agrees_on_the_owner(
+        pool in proptest::collection::vec(member(), 1..5),
+        group in 1i64..6,
+        text in proptest::sample::select(vec!["牛牛帮助", "/牛牛唱歌 x", "HELP me", "随便聊聊", ""]),
+        t in 0i64..2_000_000_000,
+        dt in 0i64..7200,
+        respect in any::<bool>(),
+    ) {
+        let owners: Vec<(String, bool)> = (0..pool.len())
+            .map(|me| {
+                let (local, peers, assigned) = view_of(&pool, me, 7200, respect);
+                let decide = |at: i64| {
+                    let mut o = local.owner(&peers, group, Some(text), at as f64);
+                    if let Some(assigned) = &assigned {
+                        local.respect_assignment(&mut o, &peers, group, assigned, at as f64);
+                    }
+                    o
+                };
+                let (now, later) = (decide(t), decide(t + dt));
+                if t.div_euclid(7200) == (t + dt).div_euclid(7200) {
+                    prop_assert_eq!(&later.owner, &now.owner);
+                }
+                Ok((now.owner, now.should_process))
+            })
+            .collect::<Result<_, TestCaseError>>()?;
+        prop_assert!(owners.iter().all(|(o, _)| *o == owners[0].0), "{:?}", owners);
+        prop_assert_eq!(owners.iter().filter(|(_, p)| *p).count(), 1, "{:?}", owners);
     }
 }
 

@@ -181,6 +181,22 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         "  ingress decisions over HTTP, claim fallback:  {fallback:>9.0} /s   = {:.2}× raw",
         fallback / raw
     );
+    let (upstream, respecting) =
+        tokio::task::spawn_blocking(super::federate::owner_decisions).await?;
+    let (claimed, one_winner) =
+        super::federate::two_deployment_claims(&redis, CLIENTS, DURATION).await;
+    anyhow::ensure!(one_winner, "a message had two federate winners or none");
+    println!("federate (10 peers, 10,000 present groups each; one core):");
+    println!("  group-owner decisions:                        {upstream:>9.0} /s");
+    println!(
+        "  group-owner decisions with respectAssignment: {respecting:>9.0} /s   = {:.2}× upstream",
+        respecting / upstream
+    );
+    println!(
+        "  messages claimed by two deployments at once:  {claimed:>9.0} /s   = {:.2}× raw ({:.0} claims/s, one winner each)",
+        claimed / raw,
+        2.0 * claimed
+    );
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

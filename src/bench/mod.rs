@@ -6,6 +6,7 @@
 //! `/proc/self/clear_refs` before it), so it includes the fleet index itself.
 
 pub mod coord;
+pub mod federate;
 pub mod fleets;
 pub mod onebot;
 

@@ -1,5 +1,6 @@
 //! Per-message coordination, compatible with Pallas-Bot's multi-bot design: signatures and
-//! claims, gates, the presence registry, and the assignment-aware ingress decision.
+//! claims, gates, the presence registry, the assignment-aware ingress decision, and the
+//! federate pool (one answer per group across deployments).
 
 pub mod claim;
 pub mod eval;

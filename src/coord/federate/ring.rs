@@ -30,8 +30,42 @@ fn py_strip(s: &str) -> &str {
     s.trim_matches(is_py_whitespace)
 }
 
-fn casefold(s: &str) -> String {
-    caseless::default_case_fold_str(s)
+/// A character case folding leaves alone: no upper- or lower-case mapping.
+fn uncased(c: char) -> bool {
+    if c.is_ascii() {
+        return !c.is_ascii_alphabetic();
+    }
+    let (mut lower, mut upper) = (c.to_lowercase(), c.to_uppercase());
+    lower.len() == 1 && lower.next() == Some(c) && upper.len() == 1 && upper.next() == Some(c)
+}
+
+/// `a.casefold() == b.casefold()` without allocating; most texts (CJK, ASCII) never reach
+/// the full Unicode folding.
+fn casefold_eq(a: &str, b: &str) -> bool {
+    use caseless::Caseless;
+    if a == b {
+        return true;
+    }
+    if a.is_ascii() && b.is_ascii() {
+        return a.eq_ignore_ascii_case(b);
+    }
+    // Folding maps each character on its own: skip the common prefix; two different
+    // uncased characters then decide it.
+    let (mut x, mut y) = (a.chars(), b.chars());
+    loop {
+        let (rest_a, rest_b) = (x.as_str(), y.as_str());
+        match (x.next(), y.next()) {
+            (None, None) => return true,
+            (Some(p), Some(q)) if p == q => {}
+            (Some(p), Some(q)) if uncased(p) && uncased(q) => return false,
+            _ => {
+                return rest_a
+                    .chars()
+                    .default_case_fold()
+                    .eq(rest_b.chars().default_case_fold());
+            }
+        }
+    }
 }
 
 /// The first `n` code points.
@@ -60,7 +94,7 @@ pub fn matches_command_prefix(plaintext: &str, command: &str) -> bool {
     if cmd.is_empty() || text.chars().count() < n {
         return false;
     }
-    casefold(prefix_chars(text, n)) == casefold(cmd)
+    casefold_eq(prefix_chars(text, n), cmd)
 }
 
 /// `command_capability_covers_plaintext`: `None` (undeclared) covers any non-empty text.
@@ -171,9 +205,8 @@ impl Local {
         }
         let mut keys: Vec<(&String, &String)> = self.plaintext_to_id.iter().collect();
         keys.sort_by_key(|(k, _)| std::cmp::Reverse(k.chars().count()));
-        let folded = |s: &str| casefold(s);
         for (key, id) in keys {
-            if folded(prefix_chars(text, key.chars().count())) == folded(key) {
+            if casefold_eq(prefix_chars(text, key.chars().count()), key) {
                 return id.clone();
             }
         }
@@ -475,6 +508,30 @@ mod tests {
         assert!(!covers(Some(&["STRASSE".into()]), "straße 1"));
         assert!(!covers(Some(&["牛牛".into()]), "牛牛吃什么"));
         assert!(covers(None, "x") && !covers(None, "  "));
+    }
+
+    #[test]
+    fn uncased_characters_fold_to_themselves() {
+        for c in (0..0x3_0000)
+            .filter_map(char::from_u32)
+            .filter(|c| uncased(*c))
+        {
+            let s = c.to_string();
+            assert_eq!(caseless::default_case_fold_str(&s), s, "U+{:04X}", c as u32);
+        }
+        assert!(casefold_eq("STRASSE", "strasse") && casefold_eq("Straße", "STRASSE"));
+        assert!(!casefold_eq("牛牛帮助", "牛牛唱歌") && casefold_eq("ΣΑΣ", "σας"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn casefold_eq_is_folded_equality(
+            a in "[aAsSßẞσςΣſKk牛帮ﬀf ]{0,6}",
+            b in "[aAsSßẞσςΣſKk牛帮ﬀf ]{0,6}",
+        ) {
+            let folded = caseless::default_case_fold_str(&a) == caseless::default_case_fold_str(&b);
+            proptest::prop_assert_eq!(casefold_eq(&a, &b), folded);
+        }
     }
 
     fn aware(present: &[i64], assigned: &[i64]) -> PeerView {
