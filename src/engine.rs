@@ -312,18 +312,21 @@ impl Engine {
                     &new.redis,
                     &new.claims,
                     &new.api,
+                    &new.federate,
                 ) != (
                     &self.config.database,
                     &self.config.sources,
                     &self.config.redis,
                     &self.config.claims,
                     &self.config.api,
+                    &self.config.federate,
                 );
                 if restart_only {
                     warn!(
-                        "{}: database, sources, redis, claims and api changes take effect after a restart",
+                        "{}: database, sources, redis, claims, api and federate changes take effect after a restart",
                         new.path.display()
                     );
+                    new.federate = self.config.federate.clone();
                     new.database = self.config.database.clone();
                     new.sources = self.config.sources.clone();
                     new.redis = self.config.redis.clone();

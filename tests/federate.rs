@@ -130,9 +130,12 @@ fn clear_of_bucket_boundary(run: Duration) {
 }
 
 /// Starts two deployments and waits until each sees the other with every group present.
-fn pool(redis: &RedisServer, b_extra: &str, federate_extra: &str) -> (Deployment, Deployment) {
+/// B excludes [`EXCLUDED_ON_B`].
+fn pool(redis: &RedisServer, federate_extra: &str) -> (Deployment, Deployment) {
     let a = deployment("dep-a", BOT_A, &redis.url(), "", federate_extra);
-    let b = deployment("dep-b", BOT_B, &redis.url(), b_extra, federate_extra);
+    let excluded: Vec<String> = EXCLUDED_ON_B.map(|g| g.to_string()).collect();
+    let b_extra = format!("excludeChannels: [{}]", excluded.join(", "));
+    let b = deployment("dep-b", BOT_B, &redis.url(), &b_extra, federate_extra);
     assert_ne!(a.id, b.id);
     eventually("both rosters", WAIT, || {
         peer(&peers(&a), &b.id).is_some_and(|p| ids(&p["bot_ids"]) == BTreeSet::from([BOT_B]))
@@ -157,12 +160,7 @@ fn pool(redis: &RedisServer, b_extra: &str, federate_extra: &str) -> (Deployment
 #[test]
 fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
     let redis = RedisServer::start();
-    let excluded: Vec<String> = EXCLUDED_ON_B.map(|g| g.to_string()).collect();
-    let (a, b) = pool(
-        &redis,
-        &format!("excludeChannels: [{}]", excluded.join(", ")),
-        "",
-    );
+    let (a, b) = pool(&redis, "");
 
     // The heartbeat: upstream's fields, and the assignment extension.
     let raw = redis.cli(&["GET", &format!("pallas:fed:pool-1:peer_bots:{}", a.id)]);
@@ -375,12 +373,7 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
 #[test]
 fn without_respect_assignment_owners_are_pure_upstream_and_a_clean_stop_leaves_at_once() {
     let redis = RedisServer::start();
-    let excluded: Vec<String> = EXCLUDED_ON_B.map(|g| g.to_string()).collect();
-    let (a, b) = pool(
-        &redis,
-        &format!("excludeChannels: [{}]", excluded.join(", ")),
-        "  respectAssignment: false",
-    );
+    let (a, b) = pool(&redis, "  respectAssignment: false");
     clear_of_bucket_boundary(Duration::from_secs(60));
     let mut ring = [a.id.clone(), b.id.clone()];
     ring.sort();

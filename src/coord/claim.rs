@@ -130,24 +130,13 @@ impl Claims {
         key: u64,
         bot: i64,
     ) -> redis::RedisResult<bool> {
-        let mut conn = redis
-            .conn()
-            .await
-            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Io, "not connected")))?;
         let k = self.redis_key(plugin, group, key);
-        let set: Option<String> = redis::cmd("SET")
-            .arg(&k)
-            .arg(bot.to_string())
-            .arg("NX")
-            .arg("EX")
-            .arg(self.ttl)
-            .query_async(&mut conn)
-            .await?;
-        if set.is_some() {
-            return Ok(true);
-        }
-        let owner: Option<String> = redis::cmd("GET").arg(&k).query_async(&mut conn).await?;
-        Ok(owner.and_then(|o| o.trim().parse::<i64>().ok()) == Some(bot))
+        Ok(
+            match redis.set_nx_or_get(&k, &bot.to_string(), self.ttl).await? {
+                None => true,
+                Some(owner) => owner.trim().parse::<i64>().ok() == Some(bot),
+            },
+        )
     }
 
     fn claim_dir(&self, plugin: &str) -> PathBuf {

@@ -58,7 +58,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = changed.changed() => {}
+            Ok(()) = changed.changed() => {}
             _ = tokio::time::sleep(PERIOD) => {}
         }
     }

@@ -72,4 +72,33 @@ impl Redis {
     pub fn client(&self) -> &redis::Client {
         &self.client
     }
+
+    /// `SET key value NX EX ttl`, the claim primitive: `Ok(None)` when this call set it, else
+    /// `Ok(Some(holder))` (empty when the key vanished in between).
+    pub async fn set_nx_or_get(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: u64,
+    ) -> redis::RedisResult<Option<String>> {
+        let mut conn = self.conn().await.ok_or_else(not_connected)?;
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl)
+            .query_async(&mut conn)
+            .await?;
+        if set.is_some() {
+            return Ok(None);
+        }
+        let holder: Option<String> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
+        Ok(Some(holder.unwrap_or_default()))
+    }
+}
+
+/// The error of a call made while Redis has not been reached.
+pub fn not_connected() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "not connected"))
 }

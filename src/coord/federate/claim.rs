@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::coord::redis::Redis;
+use crate::coord::redis::{Redis, not_connected};
 
 pub const PLUGIN: &str = "federate_ingress";
 pub const CANDIDATE_PLUGIN: &str = "federate_ingress_v2";
@@ -203,21 +203,17 @@ impl IngressClaims {
 
     /// `SET NX EX`; when taken, whether the holder is this deployment (a re-ask).
     async fn redis_claim(&self, plugin: &str, group: i64, key: u64) -> redis::RedisResult<bool> {
-        let mut conn = self.redis.conn().await.ok_or_else(not_connected)?;
         let k = self.claim_key(plugin, group, key);
-        let set: Option<String> = redis::cmd("SET")
-            .arg(&k)
-            .arg(&self.deployment)
-            .arg("NX")
-            .arg("EX")
-            .arg(self.ttl)
-            .query_async(&mut conn)
-            .await?;
-        if set.is_some() {
-            return Ok(true);
-        }
-        let holder: Option<String> = redis::cmd("GET").arg(&k).query_async(&mut conn).await?;
-        Ok(holder.is_some_and(|h| h.to_lowercase() == self.deployment))
+        Ok(
+            match self
+                .redis
+                .set_nx_or_get(&k, &self.deployment, self.ttl)
+                .await?
+            {
+                None => true,
+                Some(holder) => holder.to_lowercase() == self.deployment,
+            },
+        )
     }
 
     /// The candidate path: register `"{capability}:{bot}"`, wait 150 ms, and go on only as the
@@ -290,10 +286,6 @@ impl IngressClaims {
             .filter_map(|(_, id)| id.parse().ok())
             .collect()
     }
-}
-
-fn not_connected() -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Io, "not connected"))
 }
 
 /// `{P}:ingress_audit`: `"{capability}:{outcome}"` counts, batched for 0.5 s.

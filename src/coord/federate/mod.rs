@@ -194,7 +194,7 @@ impl Federate {
             self.refresh().await;
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = presence_changed.changed() => {}
+                Ok(()) = presence_changed.changed() => {}
                 _ = tokio::time::sleep(self.config.refresh_interval) => {}
             }
         }
