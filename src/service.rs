@@ -187,6 +187,9 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
             )
             .await
             .map_err(anyhow::Error::from)?;
+            if let Some(f) = &federate {
+                f.observe_group_admins(started.hub.clone());
+            }
             let ready = control_tx.clone();
             tasks.spawn(async move {
                 // Forward bots are known once each has had its first attempt; bots that dial in

@@ -33,6 +33,8 @@ pub struct SimBot {
 struct Inner {
     id: u64,
     groups: Mutex<BTreeSet<u64>>,
+    /// Groups where the bot is an admin (`get_group_member_info` says `admin`).
+    admin_of: Mutex<BTreeSet<u64>>,
     online: AtomicBool,
     heartbeats: AtomicBool,
     heartbeat_ms: AtomicU64,
@@ -54,6 +56,7 @@ impl SimBot {
             inner: Arc::new(Inner {
                 id,
                 groups: Mutex::new(groups.into_iter().collect()),
+                admin_of: Mutex::default(),
                 online: AtomicBool::new(true),
                 heartbeats: AtomicBool::new(true),
                 heartbeat_ms: AtomicU64::new(1000),
@@ -210,6 +213,23 @@ impl SimBot {
             json!({"post_type": "notice", "notice_type": "group_decrease", "sub_type": sub_type,
             "group_id": group, "user_id": self.inner.id, "operator_id": self.inner.id}),
         );
+    }
+
+    /// The bot is made (or no longer) an admin of a group; `notify` pushes the `group_admin`
+    /// notice as implementations do.
+    pub fn set_admin(&self, group: u64, admin: bool, notify: bool) {
+        if admin {
+            lock(&self.inner.admin_of).insert(group);
+        } else {
+            lock(&self.inner.admin_of).remove(&group);
+        }
+        if notify {
+            let sub_type = if admin { "set" } else { "unset" };
+            self.push(
+                json!({"post_type": "notice", "notice_type": "group_admin", "sub_type": sub_type,
+                "group_id": group, "user_id": self.inner.id}),
+            );
+        }
     }
 
     /// The account is logged out: a `bot_offline` notice, then heartbeats say offline.
@@ -444,9 +464,13 @@ fn answer(inner: &Inner, action: &str, params: &Value, echo: Value) -> Value {
         }
         "get_group_member_info" => {
             let group = params["group_id"].clone();
+            let admin = group
+                .as_u64()
+                .is_some_and(|g| lock(&inner.admin_of).contains(&g));
+            let role = if admin { "admin" } else { "member" };
             ok(
                 json!({"group_id": group, "user_id": params["user_id"], "nickname": format!("sim-{}", inner.id),
-                "role": "member", "card": "", "title": ""}),
+                "role": role, "card": "", "title": ""}),
             )
         }
         _ => {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use std::sync::Arc;
 
 use auto_assign::coord::federate::claim::{CANDIDATE_PLUGIN, IngressClaims, Outcome, PLUGIN};
-use auto_assign::coord::federate::ring::ring_index;
+use auto_assign::coord::federate::ring::{ring_index, stable_ring_index};
 use auto_assign::coord::redis::Redis;
 use auto_assign::coord::signature::Signature;
 use serde_json::{Value, json};
@@ -542,4 +542,122 @@ fn an_unresolvable_pool_is_a_clear_start_up_error() {
             service.log()
         );
     }
+}
+
+/// A deployment serving OneBot bots publishes which of them are group admins (asked with
+/// `get_group_member_info`, updated by `group_admin` notices), and a group-admin command goes
+/// to the group-admin owner: one deployment, one of its admin bots.
+#[test]
+fn group_admins_are_observed_published_and_own_group_admin_commands() {
+    let redis = RedisServer::start();
+    let sims = support::Sims::forward(&[(5001, 900_001..=900_002), (5002, 900_001..=900_001)]);
+    sims.bot(5001).set_admin(900_001, true, false);
+    let dir = TempDir::new("federate-admins");
+    let path = dir.write(
+        "config.yaml",
+        &format!(
+            "triggerDelays: {{startup: 0, botOnline: 0.2}}
+database: {{url: \"sqlite://state.db\"}}
+api: {{bind: \"127.0.0.1:0\"}}
+sources:
+  onebot:
+    startupWait: 5
+    health: {{probeInterval: 600}}
+    connections:
+{}federate: {{id: pool-1, redisUrl: \"{}\", refreshInterval: 0.2, heartbeatTtl: 60}}
+",
+            sims.connections(""),
+            redis.url()
+        ),
+    );
+    let service = Service::start(&path);
+    let url = service.api_url();
+    let id = std::fs::read_to_string(dir.join("data/federate/deployment_id"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let d = Deployment {
+        service,
+        url,
+        id: id.clone(),
+        _dir: dir,
+    };
+    eventually("both bots online", WAIT, || {
+        ids(&peers(&d)["local"]["online_bot_ids"]) == BTreeSet::from([5001, 5002])
+    });
+    for g in [900_001, 900_002] {
+        ask(&d, 5001, g, 42, "hello", 1, "chat");
+    }
+    let record = || -> Value {
+        let raw = redis.cli(&["GET", &format!("pallas:fed:pool-1:peer_bots:{id}")]);
+        serde_json::from_str(&raw).unwrap()
+    };
+    eventually("admins published", WAIT, || {
+        record()["group_admin_bot_ids"] == json!({"900001": [5001], "900002": []})
+    });
+    sims.bot(5002).set_admin(900_001, true, true);
+    eventually("the group_admin notice is applied", WAIT, || {
+        record()["group_admin_bot_ids"]["900001"] == json!([5001, 5002])
+    });
+
+    // Alone in the pool: one of the two admin bots, by the stable index.
+    let admin_ask = |bot: i64| {
+        post(
+            &format!("{}/v1/ingress", d.url),
+            None,
+            &json!({"platform": "onebot", "self_id": bot, "group_id": 900_001, "user_id": 42,
+                    "text": "禁言 @x", "time": 2, "lane": "command", "group_admin": true}),
+        )
+        .1
+    };
+    let bots = [5001, 5002];
+    let chosen = bots[stable_ring_index(900_001, 2)];
+    for bot in bots {
+        let r = admin_ask(bot);
+        assert_eq!(r["handle"], bot == chosen, "{bot}: {r}");
+        assert!(
+            r["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("group-admin owner"),
+            "{r}"
+        );
+    }
+
+    // A peer with its own admin bot in the group: the stable index picks the deployment.
+    redis.cli(&[
+        "SET",
+        "pallas:fed:pool-1:peer_bots:dep-peer",
+        r#"{"deployment_id":"dep-peer","bot_ids":[7001],"online_bot_ids":[7001],"present_group_ids":[900001],"group_admin_bot_ids":{"900001":[7001]}}"#,
+        "EX",
+        "600",
+    ]);
+    eventually("peer seen", WAIT, || peer(&peers(&d), "dep-peer").is_some());
+    let mut ring = [id.clone(), "dep-peer".to_owned()];
+    ring.sort();
+    let owner = &ring[stable_ring_index(900_001, 2)];
+    let handled: Vec<bool> = bots
+        .iter()
+        .map(|b| admin_ask(*b)["handle"] == true)
+        .collect();
+    if *owner == id {
+        assert_eq!(handled, bots.map(|b| b == chosen).to_vec());
+    } else {
+        assert_eq!(handled, vec![false, false], "the peer's admin bot takes it");
+    }
+    // Unknown admins (a group with no observation) fall back to the ordinary command flow.
+    let r = post(
+        &format!("{}/v1/ingress", d.url),
+        None,
+        &json!({"platform": "onebot", "self_id": 5001, "group_id": 123, "user_id": 42,
+                "text": "禁言 @x", "time": 3, "lane": "command", "group_admin": true}),
+    )
+    .1;
+    assert!(
+        !r["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("group-admin owner"),
+        "{r}"
+    );
 }

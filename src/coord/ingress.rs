@@ -64,6 +64,10 @@ pub struct Request {
     /// A hard trigger without a capability: yield to any registered candidate.
     #[serde(default)]
     pub candidate_wait: bool,
+    /// The command needs a group-admin bot: in a federate pool, the group-admin owner (a
+    /// deployment and one of its admin bots) takes it.
+    #[serde(default)]
+    pub group_admin: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -140,6 +144,17 @@ impl Ingress {
         }
         if r.lane == Lane::Fanout {
             return Ok(decision(true, "fanout lane", None));
+        }
+        if let Some(f) = federate
+            && r.group_admin
+            && let Some(owner) = f.group_admin_owner(group, &r.text).await
+        {
+            let me = owner.deployment_id == f.pool.deployment && owner.bot_id == r.self_id;
+            let why = format!(
+                "group-admin owner: bot {} of deployment {}",
+                owner.bot_id, owner.deployment_id
+            );
+            return Ok(decision(me, why, None));
         }
         if let Some(f) = federate
             && r.lane == Lane::Command

@@ -16,7 +16,7 @@ pub mod ring;
 pub mod settings;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -27,11 +27,12 @@ use tracing::{info, warn};
 use self::claim::IngressClaims;
 use self::peers::{LocalRecord, Peer};
 use self::present::PresentGroups;
-use self::ring::{Local, Owner, PeerView};
+use self::ring::{AdminOwner, Local, Owner, PeerView};
 use self::settings::Pool;
 use crate::config::FederateConfig;
 use crate::coord::redis::Redis;
 use crate::presence::Presence;
+use crate::source::onebot::hub::Hub;
 use crate::view::View;
 
 /// The pool as last read from Redis.
@@ -58,10 +59,18 @@ pub struct Federate {
     roster: RwLock<Arc<Roster>>,
     present: PresentGroups,
     pub claims: IngressClaims,
+    /// The OneBot source, which observes which of this deployment's bots are group admins.
+    group_admins: OnceLock<Arc<Hub>>,
     /// The last heartbeat published: the local side of the assignment rule uses exactly what
     /// peers can read, so both sides decide from the same data.
     published: RwLock<Arc<LocalRecord>>,
 }
+
+/// Role lookups (`get_group_member_info`) per heartbeat: the rest are learnt over the next
+/// heartbeats, so a cold start never holds a heartbeat back for long.
+const ADMIN_PROBES_PER_HEARTBEAT: usize = 64;
+/// Role lookups for one group-admin command (upstream probes its group's bots).
+const ADMIN_PROBES_PER_ASK: usize = 8;
 
 pub fn now() -> f64 {
     SystemTime::now()
@@ -110,7 +119,28 @@ impl Federate {
             roster: RwLock::default(),
             present: PresentGroups::default(),
             published: RwLock::default(),
+            group_admins: OnceLock::new(),
         })
+    }
+
+    /// Publishes `group_admin_bot_ids` from the OneBot source's observations.
+    pub fn observe_group_admins(&self, hub: Arc<Hub>) {
+        let _ = self.group_admins.set(hub);
+    }
+
+    /// `federate_group_admin_owner` for a command that needs an admin bot: the deployment and
+    /// bot that take it, `None` while anything is unknown (the caller falls back).
+    pub async fn group_admin_owner(&self, group: i64, plain: &str) -> Option<AdminOwner> {
+        let mut probes = ADMIN_PROBES_PER_ASK;
+        let local = match self.group_admins.get() {
+            Some(hub) => hub.group_admins(&group.to_string(), &mut probes).await,
+            None => None,
+        };
+        let roster = self.roster();
+        let (_, owner) =
+            self.local
+                .group_admin_owner(&roster.views, group, Some(plain), local.as_ref());
+        owner
     }
 
     fn peer_key(&self, deployment: &str) -> String {
@@ -240,6 +270,14 @@ impl Federate {
             .present
             .collect(conn.as_mut().map(|c| (c, key.as_str())), now())
             .await;
+        if let Some(hub) = self.group_admins.get() {
+            let mut probes = ADMIN_PROBES_PER_HEARTBEAT;
+            for group in &record.present_group_ids {
+                if let Some(admins) = hub.group_admins(&group.to_string(), &mut probes).await {
+                    record.group_admin_bot_ids.insert(*group, admins);
+                }
+            }
+        }
         if self.config.respect_assignment {
             let assigned = record
                 .present_group_ids

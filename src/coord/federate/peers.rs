@@ -28,6 +28,8 @@ pub struct LocalRecord {
     pub names: BTreeMap<i64, String>,
     pub updated_at: i64,
     pub present_group_ids: Vec<i64>,
+    /// Present groups whose admins among this deployment's bots are known (may be empty).
+    pub group_admin_bot_ids: BTreeMap<i64, BTreeSet<i64>>,
     pub command_capabilities: BTreeSet<String>,
     pub command_permission_levels: BTreeMap<String, String>,
     /// `None`: respectAssignment is off, the field is not published.
@@ -35,8 +37,7 @@ pub struct LocalRecord {
 }
 
 impl LocalRecord {
-    /// The heartbeat JSON, keys in upstream's order (`group_admin_bot_ids` is never
-    /// published: admin roles are not observed, and upstream omits it when empty).
+    /// The heartbeat JSON, keys in upstream's order; the optional fields only when non-empty.
     pub fn payload(&self) -> String {
         let online: Vec<i64> = self
             .online_bot_ids
@@ -69,6 +70,14 @@ impl LocalRecord {
         out.insert("command_capability_protocol".into(), json!(PROTOCOL));
         out.insert("ingress_protocol".into(), json!(PROTOCOL));
         out.insert("ingress_capabilities".into(), json!(INGRESS_CAPABILITIES));
+        if !self.group_admin_bot_ids.is_empty() {
+            let admins: Map<String, Value> = self
+                .group_admin_bot_ids
+                .iter()
+                .map(|(g, bots)| (g.to_string(), json!(bots)))
+                .collect();
+            out.insert("group_admin_bot_ids".into(), Value::Object(admins));
+        }
         if !self.command_capabilities.is_empty() {
             out.insert(
                 "command_capabilities".into(),
@@ -281,7 +290,7 @@ mod tests {
 
     #[test]
     fn payload_matches_upstream_example() {
-        // The documented example minus `group_admin_bot_ids` (never published here).
+        // The documented example, byte for byte.
         let record = LocalRecord {
             deployment_id: "dep-local".into(),
             deployment_name: "部署 A".into(),
@@ -291,6 +300,7 @@ mod tests {
             names: [(111, "一号".to_owned()), (222, "二号".to_owned())].into(),
             updated_at: 1786000000,
             present_group_ids: vec![42, 733291779],
+            group_admin_bot_ids: [(42, [111].into())].into(),
             command_capabilities: ["牛牛帮助".to_owned(), "一歌唱歌".to_owned()].into(),
             command_permission_levels: [
                 ("z.cmd".to_owned(), "everyone".to_owned()),
@@ -301,7 +311,7 @@ mod tests {
         };
         assert_eq!(
             record.payload(),
-            r#"{"deployment_id":"dep-local","deployment_name":"部署 A","bot_ids":[111,222],"online_bot_ids":[111,222],"public_bot_ids":[111],"public_online_bot_names":{"111":"一号"},"updated_at":1786000000,"present_group_ids":[42,733291779],"command_capability_protocol":2,"ingress_protocol":2,"ingress_capabilities":["command","hosted_activity","llm_alias"],"command_capabilities":["一歌唱歌","牛牛帮助"],"command_permission_levels":{"a.cmd":"superuser","z.cmd":"everyone"}}"#
+            r#"{"deployment_id":"dep-local","deployment_name":"部署 A","bot_ids":[111,222],"online_bot_ids":[111,222],"public_bot_ids":[111],"public_online_bot_names":{"111":"一号"},"updated_at":1786000000,"present_group_ids":[42,733291779],"command_capability_protocol":2,"ingress_protocol":2,"ingress_capabilities":["command","hosted_activity","llm_alias"],"group_admin_bot_ids":{"42":[111]},"command_capabilities":["一歌唱歌","牛牛帮助"],"command_permission_levels":{"a.cmd":"superuser","z.cmd":"everyone"}}"#
         );
     }
 

@@ -14,6 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::conn::Conn;
 use super::settings::Settings;
 use crate::presence::Presence;
 use crate::source::FleetEvent;
@@ -35,8 +36,12 @@ pub struct Hub {
 struct BotState {
     generation: u64,
     session: Option<CancellationToken>,
+    /// The current connection, for actions asked from outside the session.
+    conn: Option<Conn>,
     reported_online: bool,
     groups: BTreeSet<String>,
+    /// Group → whether this bot is an admin there, as last observed.
+    admin_of: HashMap<String, bool>,
     quarantined: bool,
     failures: u32,
 }
@@ -64,9 +69,10 @@ impl Hub {
     }
 
     /// A new connection for `bot` becomes the current one; an older one is told to close.
-    pub fn attach(&self, bot: &str, session: CancellationToken) -> u64 {
+    pub fn attach(&self, bot: &str, session: CancellationToken, conn: Conn) -> u64 {
         let (generation, old) = self.with(bot, |s| {
             s.generation += 1;
+            s.conn = Some(conn);
             (s.generation, s.session.replace(session))
         });
         if let Some(old) = old {
@@ -82,6 +88,7 @@ impl Hub {
         let current = self.with(bot, |s| {
             if s.generation == generation {
                 s.session = None;
+                s.conn = None;
                 true
             } else {
                 false
@@ -167,6 +174,7 @@ impl Hub {
             let changed = if joined {
                 s.groups.insert(group.to_owned())
             } else {
+                s.admin_of.remove(group);
                 s.groups.remove(group)
             };
             (changed && s.reported_online).then(|| {
@@ -188,6 +196,61 @@ impl Hub {
             })
         });
         self.send(event.into_iter().collect()).await;
+    }
+
+    /// Records (`Some`) or forgets (`None`) whether `bot` is an admin of `group`.
+    pub fn set_admin(&self, bot: &str, group: &str, admin: Option<bool>) {
+        self.with(bot, |s| match admin {
+            Some(a) => s.admin_of.insert(group.to_owned(), a),
+            None => s.admin_of.remove(group),
+        });
+    }
+
+    /// Which of the connected, online bots in `group` are its admins (Pallas-Bot's local
+    /// group-admin observation): `None` when there is no such bot or a role stays unknown.
+    /// Unknown roles are asked with `get_group_member_info`, at most `probes` calls (the
+    /// budget is shared across calls); failures are not remembered.
+    pub async fn group_admins(&self, group: &str, probes: &mut usize) -> Option<BTreeSet<i64>> {
+        let bots: Vec<(String, Option<bool>, Option<Conn>)> = {
+            let all = self.bots.lock().unwrap_or_else(|e| e.into_inner());
+            all.iter()
+                .filter(|(_, s)| s.reported_online && s.conn.is_some() && s.groups.contains(group))
+                .map(|(bot, s)| (bot.clone(), s.admin_of.get(group).copied(), s.conn.clone()))
+                .collect()
+        };
+        if bots.is_empty() {
+            return None;
+        }
+        let mut admins = BTreeSet::new();
+        for (bot, known, conn) in bots {
+            let admin = match (known, conn) {
+                (Some(a), _) => a,
+                (None, Some(conn)) if *probes > 0 => {
+                    *probes -= 1;
+                    let asked = conn
+                        .call(
+                            "get_group_member_info",
+                            serde_json::json!({"group_id": group.parse::<i64>().ok()?, "user_id": bot.parse::<i64>().ok()?}),
+                            self.settings.action_timeout,
+                        )
+                        .await
+                        .ok()?;
+                    let role = asked.get("role").and_then(serde_json::Value::as_str)?;
+                    let admin = match role.trim().to_lowercase().as_str() {
+                        "admin" | "owner" => true,
+                        "member" => false,
+                        _ => return None,
+                    };
+                    self.set_admin(&bot, group, Some(admin));
+                    admin
+                }
+                _ => return None,
+            };
+            if admin {
+                admins.insert(bot.parse().ok()?);
+            }
+        }
+        Some(admins)
     }
 
     pub fn is_quarantined(&self, bot: &str) -> bool {

@@ -29,6 +29,8 @@ use crate::source::FleetEvent;
 
 /// A running OneBot source.
 pub struct OneBot {
+    /// Per-bot state: the federate layer asks it for group admins.
+    pub hub: Arc<hub::Hub>,
     /// Cancelled when every forward connection has made its first attempt (its bot reported,
     /// or the attempt failed).
     pub first_attempts: CancellationToken,
@@ -76,6 +78,7 @@ pub async fn start(
         ));
     }
     Ok(OneBot {
+        hub,
         first_attempts: countdown.done.clone(),
     })
 }

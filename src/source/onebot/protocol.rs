@@ -51,6 +51,11 @@ pub enum Event {
         group: String,
         sub_type: String,
     },
+    /// The bot itself was made (`admin`) or no longer is an admin of a group (`group_admin`).
+    AdminChanged {
+        group: String,
+        admin: bool,
+    },
     /// `notice/bot_offline` (NapCat, Lagrange): the account is logged out; the socket stays.
     BotOffline {
         message: String,
@@ -131,6 +136,18 @@ fn parse_event(v: &Value) -> Result<Event, FrameError> {
                     }
                 })
             }
+            "group_admin" => {
+                if id(v, "self_id")? != id(v, "user_id")? {
+                    return Ok(Event::Other);
+                }
+                match s("sub_type") {
+                    sub @ ("set" | "unset") => Ok(Event::AdminChanged {
+                        group: id(v, "group_id")?,
+                        admin: sub == "set",
+                    }),
+                    _ => Ok(Event::Other),
+                }
+            }
             "bot_offline" => Ok(Event::BotOffline {
                 message: [s("message"), s("tag")].join(" ").trim().to_owned(),
             }),
@@ -204,6 +221,16 @@ mod tests {
                 sub_type: "kick_me".into()
             })
         );
+        let made_admin = r#"{"post_type":"notice","notice_type":"group_admin","sub_type":"set","self_id":1001,"user_id":1001,"group_id":7}"#;
+        assert_eq!(
+            parse(made_admin).unwrap(),
+            Frame::Event(Event::AdminChanged {
+                group: "7".into(),
+                admin: true
+            })
+        );
+        let other_admin = r#"{"post_type":"notice","notice_type":"group_admin","sub_type":"unset","self_id":1001,"user_id":5,"group_id":7}"#;
+        assert_eq!(parse(other_admin).unwrap(), Frame::Event(Event::Other));
         let msg = r#"{"post_type":"message","message_type":"group","self_id":1,"group_id":2,"user_id":3,"message":"hi","extra":{"x":[1]}}"#;
         assert_eq!(parse(msg).unwrap(), Frame::Event(Event::Other));
         let resp = r#"{"status":"failed","retcode":1404,"data":null,"echo":{"n":[1]},"wording":"no such action"}"#;

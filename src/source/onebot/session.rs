@@ -83,7 +83,7 @@ async fn run_inner(
     conn.set_label(format!("{PLATFORM}:{bot} ({})", describe(&mode)));
 
     let session = shutdown.child_token();
-    let generation = hub.attach(&bot, session.clone());
+    let generation = hub.attach(&bot, session.clone(), conn.clone());
     hub.presence.update(PLATFORM, &bot, |p| {
         p.connected = true;
         p.mode = Some(mode.clone());
@@ -216,6 +216,10 @@ impl Session {
             Event::Left { group, sub_type } => {
                 info!("{}: left group {group} ({sub_type})", self.conn.label());
                 self.hub.membership(&self.bot, &group, false).await;
+            }
+            Event::AdminChanged { group, admin } => {
+                info!("{}: admin of group {group}: {admin}", self.conn.label());
+                self.hub.set_admin(&self.bot, &group, Some(admin));
             }
             Event::BotOffline { message } => {
                 self.logged_out = true;
