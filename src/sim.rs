@@ -4,7 +4,7 @@
 //!
 //! It sends the `connect` lifecycle event and heartbeats (with a settable `status.online`),
 //! answers `get_login_info`, `get_group_list`, `get_status`, `get_group_member_info` (unknown
-//! actions get retcode 1404), pushes the bot's own join/leave notices and `bot_offline`, and
+//! actions get retcode 1404), pushes the bot's own join/leave/admin notices and `bot_offline`, and
 //! misbehaves on request: garbage frames, silence, slow answers, failing status, a wrong token.
 
 use std::collections::BTreeSet;
