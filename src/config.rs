@@ -554,6 +554,12 @@ impl Config {
                             f.heartbeat_ttl
                         )));
                     }
+                    if f.refresh_interval >= f.heartbeat_ttl as f64 {
+                        return Err(fail(format!(
+                            "federate.refreshInterval: must be shorter than heartbeatTtl ({} s), or peers lose this deployment between heartbeats (got {})",
+                            f.heartbeat_ttl, f.refresh_interval
+                        )));
+                    }
                     if let Some(ttl) = f.claim_ttl
                         && ttl < 60
                     {
@@ -819,6 +825,10 @@ mod tests {
         for (text, key) in [
             ("federate:\n  heartbeatTtl: 30\n", "federate.heartbeatTtl"),
             ("federate:\n  claimTtl: 5\n", "federate.claimTtl"),
+            (
+                "federate:\n  refreshInterval: 200\n",
+                "federate.refreshInterval",
+            ),
             (
                 "federate:\n  commandPermissionLevels: {help: admin}\n",
                 "federate.commandPermissionLevels.help",

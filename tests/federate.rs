@@ -154,6 +154,9 @@ fn pool(redis: &RedisServer, federate_extra: &str) -> (Deployment, Deployment) {
         peer(&seen_by_a, &b.id).is_some_and(|p| ids(&p["present_group_ids"]) == all)
             && peer(&seen_by_b, &a.id).is_some_and(|p| ids(&p["present_group_ids"]) == all)
     });
+    // Let the last change of assigned groups reach both sides (its grace period ends), so
+    // every command below is decided by the owner alone.
+    std::thread::sleep(Duration::from_secs(2));
     (a, b)
 }
 
@@ -205,16 +208,18 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
     assert_eq!(from_peer["handle"], false);
     assert_eq!(from_peer["reason"], "sent by a bot of another deployment");
 
-    // 10,000 command-lane messages, both deployments asked about each.
-    clear_of_bucket_boundary(Duration::from_secs(120));
+    // 10,000 command-lane messages, both deployments asked about each. The owner's bot goes
+    // through the 150 ms candidate round, so many messages are in flight at once.
+    clear_of_bucket_boundary(Duration::from_secs(180));
     let groups: Vec<i64> = GROUPS.collect();
+    const WORKERS: i64 = 40;
     let results: Vec<(i64, bool, bool, String, String)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..4)
+        let workers: Vec<_> = (0..WORKERS)
             .map(|w| {
                 let (a, b, groups) = (&a, &b, &groups);
                 s.spawn(move || {
                     (0..10_000)
-                        .filter(|i| i % 4 == w)
+                        .filter(|i| i % WORKERS == w)
                         .map(|i| {
                             let g = groups[i as usize % groups.len()];
                             let text = format!("牛牛帮助 {i}");
@@ -252,8 +257,13 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
             "group {g}: A {by_a} ({why_a}), B {by_b} ({why_b})"
         );
         // The owner decided, not a race: the other deployment yielded to it.
-        let loser = if *by_a { why_b } else { why_a };
+        let (winner, loser) = if *by_a {
+            (why_a, why_b)
+        } else {
+            (why_b, why_a)
+        };
         assert!(loser.starts_with("group owned by deployment"), "{loser}");
+        assert!(winner.ends_with("won the federate claim"), "{winner}");
         handled_by
             .entry(*g)
             .or_default()
@@ -316,7 +326,7 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
         "audit counts are flushed"
     );
 
-    // A malformed record is reported and skipped; the roster keeps refreshing.
+    // Malformed records are reported and skipped; the roster keeps refreshing.
     redis.cli(&[
         "SET",
         "pallas:fed:pool-1:peer_bots:broken",
@@ -324,6 +334,15 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
         "EX",
         "600",
     ]);
+    let mut raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("SET")
+        .arg("pallas:fed:pool-1:peer_bots:binary")
+        .arg(b"{\"bot_ids\":[\xff]}".as_slice())
+        .exec(&mut raw)
+        .unwrap();
     redis.cli(&[
         "SET",
         "pallas:fed:pool-1:peer_bots:dep-x",
@@ -334,9 +353,11 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
     eventually("malformed record reported, new peer seen", WAIT, || {
         let roster = peers(&a);
         let malformed = roster["malformed"].as_array().unwrap();
-        malformed.len() == 1
-            && malformed[0]["key"] == "pallas:fed:pool-1:peer_bots:broken"
-            && malformed[0]["error"].as_str().unwrap().contains("not JSON")
+        malformed.len() == 2
+            && malformed[0]["key"] == "pallas:fed:pool-1:peer_bots:binary"
+            && malformed[0]["error"] == "not UTF-8"
+            && malformed[1]["key"] == "pallas:fed:pool-1:peer_bots:broken"
+            && malformed[1]["error"].as_str().unwrap().contains("not JSON")
             && peer(&roster, "dep-x").is_some()
             && peer(&roster, &b.id).is_some()
     });

@@ -19,11 +19,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::redis::Redis;
 
-/// Python's `str.isalnum()`-ish sanitiser of key parts: letters and digits (any script), `-`, `_`.
+/// Upstream's sanitiser of key parts: characters Python's `str.isalnum()` accepts, `-` and `_`
+/// stay; anything else becomes `_`.
 pub fn safe_key_part(s: &str) -> String {
     s.chars()
         .map(|c| {
-            if c.is_alphanumeric() || c == '-' || c == '_' {
+            if super::pystr::is_alnum(c) || c == '-' || c == '_' {
                 c
             } else {
                 '_'

@@ -57,8 +57,9 @@ pub struct Request {
     pub lane: Lane,
     #[serde(default)]
     pub plugin: Option<String>,
-    /// Federate candidate capability (`command`, `llm_alias`, `hosted_activity`): this bot
-    /// registers and only the smallest candidate bot claims.
+    /// Federate candidate capability (`command`, `llm_alias`, `hosted_activity`; `command` by
+    /// default on the command lane): this bot registers and only the smallest candidate bot
+    /// claims.
     #[serde(default)]
     pub candidate: Option<String>,
     /// A hard trigger without a capability: yield to any registered candidate.
@@ -214,7 +215,13 @@ impl Ingress {
 
 /// The pool-wide claim for the bot this deployment picked: one deployment per message.
 async fn pool_claim(f: &Federate, r: &Request, group: i64, key: u64, local: Decision) -> Decision {
-    let capability = r.candidate.as_deref().map(str::trim).unwrap_or("");
+    // Pallas-Bot's gate makes every command-lane message a `command` candidate: the same
+    // candidate round and the same claim key (`federate_ingress_v2`) as upstream peers.
+    let capability = match r.candidate.as_deref().map(str::trim) {
+        Some(c) if !c.is_empty() => c,
+        _ if r.lane == Lane::Command => "command",
+        _ => "",
+    };
     let mut plugin = FEDERATE_PLUGIN;
     if !capability.is_empty() {
         if let Err(outcome) = f.claims.candidate(capability, r.self_id, group, key).await {

@@ -10,5 +10,6 @@ pub mod gate;
 pub mod ingress;
 pub mod presence_registry;
 pub mod publish;
+pub mod pystr;
 pub mod redis;
 pub mod signature;

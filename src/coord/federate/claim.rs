@@ -154,7 +154,20 @@ impl IngressClaims {
                     .map(|r| r.map(|v| v.unwrap_or(false)));
                 match shared {
                     Ok(Ok(won)) => Outcome::Shared(won),
-                    Ok(Err(_)) => Outcome::Shared(false),
+                    // The first ask was dropped mid-way (its client went away), perhaps after
+                    // its SET landed: ask again; a re-ask by the holder wins.
+                    Ok(Err(_)) => {
+                        match tokio::time::timeout(
+                            CLAIM_TIMEOUT,
+                            self.redis_claim(plugin, group, key),
+                        )
+                        .await
+                        {
+                            Ok(Ok(won)) => Outcome::Shared(won),
+                            Ok(Err(_)) => Outcome::RedisError,
+                            Err(_) => Outcome::Timeout,
+                        }
+                    }
                     Err(_) => {
                         let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
                         if inflight

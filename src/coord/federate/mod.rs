@@ -64,13 +64,20 @@ pub struct Federate {
     /// The last heartbeat published: the local side of the assignment rule uses exactly what
     /// peers can read, so both sides decide from the same data.
     published: RwLock<Arc<LocalRecord>>,
+    /// The assigned groups published before the last change, and when it changed: peers see a
+    /// change only at their next refresh, so for a while this deployment also takes a group
+    /// it owned under the previous record (the claim settles it), and never leaves a group
+    /// that nobody takes.
+    previous_assigned: RwLock<Option<(BTreeSet<i64>, Instant)>>,
 }
 
 /// Role lookups (`get_group_member_info`) per heartbeat: the rest are learnt over the next
 /// heartbeats, so a cold start never holds a heartbeat back for long.
 const ADMIN_PROBES_PER_HEARTBEAT: usize = 64;
+/// ... and the time they may take, so the heartbeat is never held back long.
+const ADMIN_PROBING_PER_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Role lookups for one group-admin command (upstream probes its group's bots).
-const ADMIN_PROBES_PER_ASK: usize = 8;
+const ADMIN_PROBES_PER_ASK: usize = 2;
 
 pub fn now() -> f64 {
     SystemTime::now()
@@ -117,8 +124,9 @@ impl Federate {
             view,
             presence,
             roster: RwLock::default(),
-            present: PresentGroups::default(),
+            present: PresentGroups::new(config.heartbeat_ttl),
             published: RwLock::default(),
+            previous_assigned: RwLock::default(),
             group_admins: OnceLock::new(),
         })
     }
@@ -175,20 +183,36 @@ impl Federate {
     pub fn owner(&self, group: i64, plain: &str, now: f64) -> Owner {
         let roster = self.roster();
         let mut owner = self.local.owner(&roster.views, group, Some(plain), now);
-        if self.config.respect_assignment {
-            let published = self
-                .published
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            let mine = published.assigned_group_ids.as_ref();
-            self.local.respect_assignment(
-                &mut owner,
-                &roster.views,
-                group,
-                mine.unwrap_or(&BTreeSet::new()),
-                now,
-            );
+        if !self.config.respect_assignment {
+            return owner;
+        }
+        let upstream = owner.clone();
+        let published = self
+            .published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mine = published.assigned_group_ids.clone().unwrap_or_default();
+        self.local
+            .respect_assignment(&mut owner, &roster.views, group, &mine, now);
+        if owner.should_process {
+            return owner;
+        }
+        let grace = 2 * self.config.refresh_interval + Duration::from_secs(1);
+        let previous = self
+            .previous_assigned
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some((before, changed)) = previous
+            && changed.elapsed() < grace
+        {
+            let mut then = upstream;
+            self.local
+                .respect_assignment(&mut then, &roster.views, group, &before, now);
+            if then.should_process {
+                return then;
+            }
         }
         owner
     }
@@ -200,11 +224,10 @@ impl Federate {
             let federate = self.clone();
             tokio::spawn(async move {
                 if let Some(mut conn) = federate.redis.conn().await {
-                    let ttl = present::WINDOW_SEC as u64 + federate.config.heartbeat_ttl;
+                    let present = &federate.present;
+                    let ttl = present.window as u64 + federate.config.heartbeat_ttl;
                     let key = federate.present_key();
-                    if let Err(e) =
-                        PresentGroups::write_remote(&mut conn, &key, group, now, ttl).await
-                    {
+                    if let Err(e) = present.write_remote(&mut conn, &key, group, now, ttl).await {
                         tracing::debug!("federate: present group {group}: {e}");
                     }
                 }
@@ -248,7 +271,6 @@ impl Federate {
         let mut record = LocalRecord {
             deployment_id: self.pool.deployment.clone(),
             deployment_name: self.config.deployment_name.clone(),
-            updated_at: now() as i64,
             command_capabilities: self.config.command_capabilities.iter().cloned().collect(),
             command_permission_levels: self.local.permission_levels.clone().into_iter().collect(),
             public_bot_ids: self.config.public_bot_ids.iter().copied().collect(),
@@ -272,12 +294,17 @@ impl Federate {
             .await;
         if let Some(hub) = self.group_admins.get() {
             let mut probes = ADMIN_PROBES_PER_HEARTBEAT;
+            let started = Instant::now();
             for group in &record.present_group_ids {
+                if started.elapsed() > ADMIN_PROBING_PER_HEARTBEAT {
+                    probes = 0;
+                }
                 if let Some(admins) = hub.group_admins(&group.to_string(), &mut probes).await {
                     record.group_admin_bot_ids.insert(*group, admins);
                 }
             }
         }
+        record.updated_at = now() as i64;
         if self.config.respect_assignment {
             let assigned = record
                 .present_group_ids
@@ -312,7 +339,17 @@ impl Federate {
             .query_async::<()>(&mut conn)
             .await;
         match written {
-            Ok(()) => *self.published.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(record),
+            Ok(()) => {
+                let mut published = self.published.write().unwrap_or_else(|e| e.into_inner());
+                if published.assigned_group_ids != record.assigned_group_ids {
+                    let before = published.assigned_group_ids.clone().unwrap_or_default();
+                    *self
+                        .previous_assigned
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner()) = Some((before, Instant::now()));
+                }
+                *published = Arc::new(record);
+            }
             Err(e) => warn!("federate: heartbeat not published: {e}"),
         }
     }
@@ -369,11 +406,13 @@ impl Federate {
     async fn read_roster(&self) -> Result<Roster, String> {
         let mut conn = self.redis.conn().await.ok_or("Redis not connected")?;
         let pattern = format!("{}:peer_bots:*", self.pool.prefix);
-        let own = self.peer_key(&self.pool.deployment);
-        let mut keys = Vec::new();
+        let own = self.peer_key(&self.pool.deployment).into_bytes();
+        // Bytes, not strings: one key or record that is not UTF-8 is one malformed record,
+        // not a failed refresh.
+        let mut keys: Vec<Vec<u8>> = Vec::new();
         let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
@@ -392,16 +431,20 @@ impl Federate {
         keys.dedup();
         let mut roster = Roster::default();
         for chunk in keys.chunks(100) {
-            let values: Vec<Option<String>> = redis::cmd("MGET")
+            let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
                 .arg(chunk)
                 .query_async(&mut conn)
                 .await
                 .map_err(|e| e.to_string())?;
             for (key, value) in chunk.iter().zip(values) {
-                let Some(text) = value else { continue };
-                match peers::parse(key, &text) {
+                let Some(bytes) = value else { continue };
+                let key = String::from_utf8_lossy(key).into_owned();
+                let parsed = String::from_utf8(bytes)
+                    .map_err(|_| "not UTF-8".to_owned())
+                    .and_then(|text| peers::parse(&key, &text));
+                match parsed {
                     Err(why) => {
-                        roster.malformed.insert(key.clone(), why);
+                        roster.malformed.insert(key, why);
                     }
                     Ok(peer) if peer.deployment_id == self.pool.deployment => {}
                     Ok(peer) => {

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value, json};
 
 use super::ring::PeerView;
+use crate::coord::pystr::decimal_value;
 use crate::coord::signature::is_py_whitespace;
 
 /// `COMMAND_CAPABILITY_PROTOCOL_VERSION` and `INGRESS_PROTOCOL_VERSION`.
@@ -138,8 +139,8 @@ fn py_str(v: &Value) -> String {
 }
 
 /// `int(x)` for items kept by `str(x).isdigit()`: `Ok(None)` for items upstream skips.
-/// Digits outside ASCII (`"²"`, `"١"`) make the record malformed: upstream's `int()` would
-/// either read them or abort the whole refresh.
+/// Decimal digits of any script count (`"１２"` is 12, as `int()` reads it); other numerals
+/// (`"²"`, `"½"`) make the record malformed (upstream aborts its whole refresh on `"²"`).
 fn digit_id(v: &Value) -> Result<Option<i64>, String> {
     let s = match v {
         Value::Number(n) => match n.as_i64() {
@@ -153,12 +154,15 @@ fn digit_id(v: &Value) -> Result<Option<i64>, String> {
     if s.is_empty() || !s.chars().all(char::is_numeric) {
         return Ok(None);
     }
-    if !s.is_ascii() {
-        return Err(format!("id {s:?} has non-ASCII digits"));
+    let mut id: i64 = 0;
+    for c in s.chars() {
+        let digit = decimal_value(c).ok_or_else(|| format!("id {s:?} is not in decimal digits"))?;
+        id = id
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(i64::from(digit)))
+            .ok_or_else(|| format!("id {s:?} is out of range"))?;
     }
-    s.parse()
-        .map(Some)
-        .map_err(|_| format!("id {s:?} is out of range"))
+    Ok(Some(id))
 }
 
 fn id_list(v: Option<&Value>) -> Result<Option<BTreeSet<i64>>, String> {
@@ -364,6 +368,12 @@ mod tests {
             parse("k", r#"{"bot_ids":["²"]}"#)
                 .unwrap_err()
                 .contains("²")
+        );
+        let p = parse("k", r#"{"bot_ids":["１２","٣"]}"#).unwrap();
+        assert_eq!(
+            p.bot_ids,
+            [3, 12].into(),
+            "decimal digits of any script, as int()"
         );
         assert!(
             parse("k", r#"{"present_group_ids":["99999999999999999999"]}"#)

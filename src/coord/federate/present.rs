@@ -2,7 +2,7 @@
 //! messages from lately. Peers leave a deployment out of a group's ring when the group is
 //! not in its heartbeat's `present_group_ids`.
 //!
-//! Kept locally (window 300 s) and in `{P}:present_groups:{deployment}`, a ZSET shared by
+//! Kept locally (window: 300 s, or the heartbeat TTL when longer) and in `{P}:present_groups:{deployment}`, a ZSET shared by
 //! every process of the deployment, written at most every 30 s per group.
 
 use std::collections::{BTreeSet, HashMap};
@@ -10,18 +10,29 @@ use std::sync::Mutex;
 
 use redis::aio::ConnectionManager;
 
+/// The default window; upstream's is `max(heartbeat TTL, 300)`.
 pub const WINDOW_SEC: f64 = 300.0;
 pub const PUBLISH_CAP: usize = 2000;
 pub const REMOTE_INTERVAL_SEC: f64 = 30.0;
 const THROTTLE_MAP_MAX: usize = 4096;
 
-#[derive(Default)]
 pub struct PresentGroups {
+    /// Seconds a message keeps its group present.
+    pub window: f64,
     local: Mutex<HashMap<i64, f64>>,
     last_remote: Mutex<HashMap<i64, f64>>,
 }
 
 impl PresentGroups {
+    /// The window for a heartbeat TTL, as upstream: `max(ttl, 300)`.
+    pub fn new(heartbeat_ttl: u64) -> PresentGroups {
+        PresentGroups {
+            window: WINDOW_SEC.max(heartbeat_ttl as f64),
+            local: Mutex::default(),
+            last_remote: Mutex::default(),
+        }
+    }
+
     /// Records a message from `group` at `now`; `true` when the ZSET should be written (the
     /// attempt is recorded either way, as upstream).
     pub fn touch(&self, group: i64, now: f64) -> bool {
@@ -31,7 +42,7 @@ impl PresentGroups {
             // Upstream prunes on every touch; pruning when the map has doubled keeps the same
             // answers (reads filter by time) at O(1) amortised.
             if local.len() > 2 * PUBLISH_CAP {
-                local.retain(|_, ts| *ts >= now - WINDOW_SEC);
+                local.retain(|_, ts| *ts >= now - self.window);
             }
         }
         let mut last = self.last_remote.lock().unwrap_or_else(|e| e.into_inner());
@@ -43,7 +54,7 @@ impl PresentGroups {
         }
         last.insert(group, now);
         if last.len() > THROTTLE_MAP_MAX {
-            let horizon = now - WINDOW_SEC.max(REMOTE_INTERVAL_SEC);
+            let horizon = now - self.window.max(REMOTE_INTERVAL_SEC);
             last.retain(|_, t| *t >= horizon);
         }
         true
@@ -51,6 +62,7 @@ impl PresentGroups {
 
     /// `ZADD`, trim to the window, `EXPIRE window + heartbeat TTL`, in one transaction.
     pub async fn write_remote(
+        &self,
         conn: &mut ConnectionManager,
         key: &str,
         group: i64,
@@ -64,7 +76,7 @@ impl PresentGroups {
             .cmd("ZREMRANGEBYSCORE")
             .arg(key)
             .arg("-inf")
-            .arg(now - WINDOW_SEC)
+            .arg(now - self.window)
             .ignore()
             .expire(key, key_ttl as i64)
             .ignore()
@@ -79,7 +91,7 @@ impl PresentGroups {
         remote: Option<(&mut ConnectionManager, &str)>,
         now: f64,
     ) -> Vec<i64> {
-        let cutoff = now - WINDOW_SEC;
+        let cutoff = now - self.window;
         let local: HashMap<i64, f64> = {
             let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
             local
@@ -126,7 +138,7 @@ mod tests {
 
     #[test]
     fn remote_writes_are_throttled_per_group() {
-        let p = PresentGroups::default();
+        let p = PresentGroups::new(180);
         assert!(p.touch(1, 1000.0));
         assert!(!p.touch(1, 1029.9));
         assert!(p.touch(2, 1029.9));
@@ -135,7 +147,7 @@ mod tests {
 
     #[tokio::test]
     async fn window_and_cap() {
-        let p = PresentGroups::default();
+        let p = PresentGroups::new(180);
         p.touch(5, 100.0);
         p.touch(6, 500.0);
         assert_eq!(p.collect(None, 500.0).await, vec![6]);

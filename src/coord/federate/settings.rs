@@ -172,6 +172,7 @@ mod tests {
         assert_eq!(prefix("boot:", "my", "p"), "boot");
         assert_eq!(prefix("", "", ""), "");
         assert_eq!(prefix("", "", "联邦-1"), "pallas:fed:联邦-1");
+        assert_eq!(prefix("", "", "a\u{093E}Ⓐ²"), "pallas:fed:a__²");
     }
 
     #[test]

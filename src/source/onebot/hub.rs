@@ -20,6 +20,8 @@ use crate::presence::Presence;
 use crate::source::FleetEvent;
 
 pub const PLATFORM: &str = "onebot";
+const ADMIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+const ADMIN_RETRY: Duration = Duration::from_secs(60);
 
 pub struct Hub {
     pub settings: Settings,
@@ -42,6 +44,8 @@ struct BotState {
     groups: BTreeSet<String>,
     /// Group → whether this bot is an admin there, as last observed.
     admin_of: HashMap<String, bool>,
+    /// Group → when asking for this bot's role there last failed (not asked again for a while).
+    admin_failed: HashMap<String, std::time::Instant>,
     quarantined: bool,
     failures: u32,
 }
@@ -208,14 +212,21 @@ impl Hub {
 
     /// Which of the connected, online bots in `group` are its admins (Pallas-Bot's local
     /// group-admin observation): `None` when there is no such bot or a role stays unknown.
-    /// Unknown roles are asked with `get_group_member_info`, at most `probes` calls (the
-    /// budget is shared across calls); failures are not remembered.
+    /// Unknown roles are asked with `get_group_member_info` (at most `probes` calls, the budget
+    /// shared across calls, each given at most 2 s); a failed ask is not repeated for a minute.
     pub async fn group_admins(&self, group: &str, probes: &mut usize) -> Option<BTreeSet<i64>> {
         let bots: Vec<(String, Option<bool>, Option<Conn>)> = {
             let all = self.bots.lock().unwrap_or_else(|e| e.into_inner());
             all.iter()
                 .filter(|(_, s)| s.reported_online && s.conn.is_some() && s.groups.contains(group))
-                .map(|(bot, s)| (bot.clone(), s.admin_of.get(group).copied(), s.conn.clone()))
+                .map(|(bot, s)| {
+                    let resting = s
+                        .admin_failed
+                        .get(group)
+                        .is_some_and(|t| t.elapsed() < ADMIN_RETRY);
+                    let conn = if resting { None } else { s.conn.clone() };
+                    (bot.clone(), s.admin_of.get(group).copied(), conn)
+                })
                 .collect()
         };
         if bots.is_empty() {
@@ -227,19 +238,22 @@ impl Hub {
                 (Some(a), _) => a,
                 (None, Some(conn)) if *probes > 0 => {
                     *probes -= 1;
-                    let asked = conn
-                        .call(
-                            "get_group_member_info",
-                            serde_json::json!({"group_id": group.parse::<i64>().ok()?, "user_id": bot.parse::<i64>().ok()?}),
-                            self.settings.action_timeout,
-                        )
-                        .await
-                        .ok()?;
-                    let role = asked.get("role").and_then(serde_json::Value::as_str)?;
-                    let admin = match role.trim().to_lowercase().as_str() {
-                        "admin" | "owner" => true,
-                        "member" => false,
-                        _ => return None,
+                    let params = serde_json::json!({"group_id": group.parse::<i64>().ok()?, "user_id": bot.parse::<i64>().ok()?});
+                    let timeout = self.settings.action_timeout.min(ADMIN_PROBE_TIMEOUT);
+                    let asked = conn.call("get_group_member_info", params, timeout).await;
+                    let role = asked.ok().and_then(|a| {
+                        match a.get("role")?.as_str()?.trim().to_lowercase().as_str() {
+                            "admin" | "owner" => Some(true),
+                            "member" => Some(false),
+                            _ => None,
+                        }
+                    });
+                    let Some(admin) = role else {
+                        self.with(&bot, |s| {
+                            s.admin_failed
+                                .insert(group.to_owned(), std::time::Instant::now())
+                        });
+                        return None;
                     };
                     self.set_admin(&bot, group, Some(admin));
                     admin
