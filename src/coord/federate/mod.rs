@@ -162,6 +162,14 @@ impl Federate {
         )
     }
 
+    /// What the last heartbeat published.
+    fn published(&self) -> Arc<LocalRecord> {
+        self.published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn roster(&self) -> Arc<Roster> {
         self.roster
             .read()
@@ -187,11 +195,7 @@ impl Federate {
             return owner;
         }
         let upstream = owner.clone();
-        let published = self
-            .published
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let published = self.published();
         let mine = published.assigned_group_ids.clone().unwrap_or_default();
         self.local
             .respect_assignment(&mut owner, &roster.views, group, &mine, now);
@@ -462,11 +466,7 @@ impl Federate {
 
     /// Upstream warns about peers of another protocol only when they share a present group.
     fn warn_incompatible(&self, roster: &Roster, previous: &Roster) {
-        let published = self
-            .published
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let published = self.published();
         let mine: BTreeSet<i64> = published.present_group_ids.iter().copied().collect();
         for (dep, peer) in &roster.peers {
             let shared = peer
@@ -490,11 +490,7 @@ impl Federate {
     /// `GET /v1/federate/peers`.
     pub fn describe(&self) -> Value {
         let roster = self.roster();
-        let published = self
-            .published
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let published = self.published();
         let now = now();
         let peers: Vec<Value> = roster
             .peers
