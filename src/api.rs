@@ -71,6 +71,16 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
+/// A 400 naming `field` when `value` is not a key-safe name (`[A-Za-z0-9_.:-]`).
+fn invalid_name(field: &str, value: &str) -> Option<Response> {
+    (!valid_plugin(value)).then(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("{field}: {value:?} is not a valid name ([A-Za-z0-9_.:-])"),
+        )
+    })
+}
+
 async fn auth(
     State(api): State<Shared>,
     headers: HeaderMap,
@@ -226,11 +236,8 @@ fn five() -> f64 {
 }
 
 async fn owned_gate(State(api): State<Shared>, Body(g): Body<OwnedGate>) -> Response {
-    if !valid_plugin(&g.plugin) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "plugin: not a valid plugin name ([A-Za-z0-9_.:-])",
-        );
+    if let Some(rejected) = invalid_name("plugin", &g.plugin) {
+        return rejected;
     }
     let answer = api
         .gates
@@ -253,11 +260,8 @@ fn two_hours() -> f64 {
 }
 
 async fn begin_activity(State(api): State<Shared>, Body(a): Body<Activity>) -> Response {
-    if !valid_plugin(&a.namespace) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "namespace: not a valid name ([A-Za-z0-9_.:-])",
-        );
+    if let Some(rejected) = invalid_name("namespace", &a.namespace) {
+        return rejected;
     }
     let answer = api
         .gates
@@ -268,11 +272,8 @@ async fn begin_activity(State(api): State<Shared>, Body(a): Body<Activity>) -> R
 }
 
 async fn end_activity(State(api): State<Shared>, Body(a): Body<Activity>) -> Response {
-    if !valid_plugin(&a.namespace) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "namespace: not a valid name ([A-Za-z0-9_.:-])",
-        );
+    if let Some(rejected) = invalid_name("namespace", &a.namespace) {
+        return rejected;
     }
     let answer = api
         .gates

@@ -133,20 +133,20 @@ pub struct Sources {
     pub onebot: Option<onebot::Settings>,
 }
 
-/// A config that could not be used, with where and why.
+/// A config or fleet file that could not be used: which file, and where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
+pub struct FileError {
     pub file: PathBuf,
     pub message: String,
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.file.display(), self.message)
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for FileError {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -423,8 +423,8 @@ impl Default for RawHealth {
 
 impl Config {
     /// Reads and validates a config file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    pub fn load(path: &Path) -> Result<Config, FileError> {
+        let text = std::fs::read_to_string(path).map_err(|e| FileError {
             file: path.to_owned(),
             message: format!("cannot read: {e}"),
         })?;
@@ -432,8 +432,8 @@ impl Config {
     }
 
     /// Validates config text as if read from `path`.
-    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let fail = |message: String| ConfigError {
+    pub fn parse(path: &Path, text: &str) -> Result<Config, FileError> {
+        let fail = |message: String| FileError {
             file: path.to_owned(),
             message,
         };
@@ -444,7 +444,7 @@ impl Config {
             .map_err(describe_yaml_error)
             .map_err(fail)?;
         let base = path.parent().unwrap_or(Path::new(".")).to_owned();
-        let seconds = |key: &str, v: f64, min: f64| -> Result<Duration, ConfigError> {
+        let seconds = |key: &str, v: f64, min: f64| -> Result<Duration, FileError> {
             if !v.is_finite() || v < min {
                 return Err(fail(format!(
                     "{key}: must be a number of seconds ≥ {min} (got {v})"
@@ -633,9 +633,9 @@ impl Config {
 /// The OneBot section, validated.
 fn onebot_settings(
     raw: RawOneBot,
-    seconds: &dyn Fn(&str, f64, f64) -> Result<Duration, ConfigError>,
-    fail: &dyn Fn(String) -> ConfigError,
-) -> Result<onebot::Settings, ConfigError> {
+    seconds: &dyn Fn(&str, f64, f64) -> Result<Duration, FileError>,
+    fail: &dyn Fn(String) -> FileError,
+) -> Result<onebot::Settings, FileError> {
     let key = |k: &str| format!("sources.onebot.{k}");
     let mut connections = Vec::new();
     for (i, c) in raw.connections.into_iter().enumerate() {

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::api::{self, Api};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, FileError};
 use crate::coord::claim::Claims;
 use crate::coord::federate::{Federate, settings};
 use crate::coord::gate::Gates;
@@ -17,7 +17,7 @@ use crate::coord::publish::{Keys, Publisher};
 use crate::coord::redis::Redis;
 use crate::engine::{Control, Engine, Outputs};
 use crate::presence::Presence;
-use crate::source::file::{self, Fleet, FleetError};
+use crate::source::file::{self, Fleet};
 use crate::source::onebot;
 use crate::store::Store;
 use crate::view::View;
@@ -28,9 +28,7 @@ use crate::watch::FileWatch;
 pub enum ServeError {
     /// Bad configuration or fleet file: exit code 2.
     #[error("{0}")]
-    Config(#[from] ConfigError),
-    #[error("{0}")]
-    Fleet(#[from] FleetError),
+    BadFile(#[from] FileError),
     /// Anything else (database unreachable, ...): exit code 1.
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
@@ -39,7 +37,7 @@ pub enum ServeError {
 impl ServeError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            ServeError::Config(_) | ServeError::Fleet(_) => 2,
+            ServeError::BadFile(_) => 2,
             ServeError::Other(_) => 1,
         }
     }
@@ -98,7 +96,7 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         None => None,
         Some(f) => {
             let service_redis = config.redis.as_ref().map(|r| r.url.as_str());
-            let pool = settings::resolve(f, service_redis).map_err(|message| ConfigError {
+            let pool = settings::resolve(f, service_redis).map_err(|message| FileError {
                 file: config_path.to_owned(),
                 message,
             })?;

@@ -30,6 +30,24 @@ struct Deployment {
     _dir: TempDir,
 }
 
+impl Deployment {
+    /// The service on `dir/config.yaml`, with the deployment id it persisted.
+    fn start(dir: TempDir) -> Deployment {
+        let service = Service::start(&dir.join("config.yaml"));
+        let url = service.api_url();
+        let id = std::fs::read_to_string(dir.join("data/federate/deployment_id"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        Deployment {
+            service,
+            url,
+            id,
+            _dir: dir,
+        }
+    }
+}
+
 /// `extra` goes at the top level of the config, `federate_extra` into `federate:`.
 fn deployment(name: &str, bot: i64, redis: &str, extra: &str, federate_extra: &str) -> Deployment {
     let dir = TempDir::new(name);
@@ -58,19 +76,8 @@ federate:
 {federate_extra}
 "
     );
-    let path = dir.write("config.yaml", &config);
-    let service = Service::start(&path);
-    let url = service.api_url();
-    let id = std::fs::read_to_string(dir.join("data/federate/deployment_id"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    Deployment {
-        service,
-        url,
-        id,
-        _dir: dir,
-    }
+    dir.write("config.yaml", &config);
+    Deployment::start(dir)
 }
 
 fn peers(d: &Deployment) -> Value {
@@ -574,7 +581,7 @@ fn group_admins_are_observed_published_and_own_group_admin_commands() {
     let sims = support::Sims::forward(&[(5001, 900_001..=900_002), (5002, 900_001..=900_001)]);
     sims.bot(5001).set_admin(900_001, true, false);
     let dir = TempDir::new("federate-admins");
-    let path = dir.write(
+    dir.write(
         "config.yaml",
         &format!(
             "triggerDelays: {{startup: 0, botOnline: 0.2}}
@@ -591,18 +598,8 @@ sources:
             redis.url()
         ),
     );
-    let service = Service::start(&path);
-    let url = service.api_url();
-    let id = std::fs::read_to_string(dir.join("data/federate/deployment_id"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    let d = Deployment {
-        service,
-        url,
-        id: id.clone(),
-        _dir: dir,
-    };
+    let d = Deployment::start(dir);
+    let id = d.id.clone();
     eventually("both bots online", WAIT, || {
         ids(&peers(&d)["local"]["online_bot_ids"]) == BTreeSet::from([5001, 5002])
     });

@@ -36,6 +36,15 @@ sources:
     )
 }
 
+/// The service on `config` in a fresh directory with its own SQLite file.
+fn serve(name: &str, config: &str) -> (TempDir, Db, Service) {
+    let dir = TempDir::new(name);
+    let path = dir.write("config.yaml", config);
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = Service::start(&path);
+    (dir, db, service)
+}
+
 fn loads(rows: &BTreeMap<String, String>) -> Vec<usize> {
     let mut loads = BTreeMap::new();
     for bot in rows.values().filter(|b| !b.is_empty()) {
@@ -59,13 +68,10 @@ fn committed(db: &Db, n: usize, service: &Service) {
 #[test]
 fn heartbeats_offline_recovery_and_membership_notices() {
     let sims = three();
-    let dir = TempDir::new("onebot-e2e");
-    let path = dir.write(
-        "config.yaml",
+    let (_dir, db, service) = serve(
+        "onebot-e2e",
         &config(&format!("    connections:\n{}", sims.connections(""))),
     );
-    let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&path);
 
     // Three bots sharing groups: a balanced first assignment.
     committed(&db, 1, &service);
@@ -137,13 +143,10 @@ fn heartbeats_offline_recovery_and_membership_notices() {
 #[test]
 fn a_lost_connection_counts_after_the_grace_period() {
     let sims = three();
-    let dir = TempDir::new("onebot-grace");
-    let path = dir.write(
-        "config.yaml",
+    let (_dir, db, service) = serve(
+        "onebot-grace",
         &config(&format!("    connections:\n{}", sims.connections(""))),
     );
-    let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&path);
     committed(&db, 1, &service);
 
     // A short drop (the client redials at once): no offline, no rebalance.
@@ -170,7 +173,6 @@ fn a_lost_connection_counts_after_the_grace_period() {
 fn wrong_tokens_are_refused_and_reported() {
     let sims = three();
     sims.bot(1003).set_token("right");
-    let dir = TempDir::new("onebot-token");
     let port = free_port();
     let connections: String = sims
         .urls
@@ -182,12 +184,10 @@ fn wrong_tokens_are_refused_and_reported() {
         })
         .collect();
     let reverse = format!("    reverse: {{bind: \"127.0.0.1:{port}\", accessToken: \"secret\"}}\n");
-    let path = dir.write(
-        "config.yaml",
+    let (_dir, db, service) = serve(
+        "onebot-token",
         &config(&format!("{reverse}    connections:\n{connections}")),
     );
-    let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&path);
 
     // A bot dialing the reverse server with a wrong token.
     let intruder = auto_assign::sim::SimBot::new(1009, [100001]);
@@ -213,17 +213,14 @@ fn wrong_tokens_are_refused_and_reported() {
 
 #[test]
 fn reverse_connections_and_a_duplicate_self_id() {
-    let dir = TempDir::new("onebot-reverse");
     let port = free_port();
-    let path = dir.write(
-        "config.yaml",
+    let (_dir, db, service) = serve(
+        "onebot-reverse",
         &config(&format!(
             "    reverse: {{bind: \"127.0.0.1:{port}\", accessToken: \"secret\"}}\n"
         ))
         .replace("startupWait: 5", "startupWait: 1.5"),
     );
-    let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&path);
     let sims = Sims::forward(&[]);
     let url = format!("ws://127.0.0.1:{port}/onebot/v11/ws");
     let bots: Vec<_> = [
@@ -280,13 +277,10 @@ fn misbehaving_bots_do_not_disturb_the_others() {
     sims.bot(1003).set_garbage(true);
     sims.bot(1004).set_silent(true);
     sims.bot(1005).set_slow(Duration::from_millis(300));
-    let dir = TempDir::new("onebot-misbehave");
-    let path = dir.write(
-        "config.yaml",
+    let (_dir, db, service) = serve(
+        "onebot-misbehave",
         &config(&format!("    connections:\n{}", sims.connections(""))),
     );
-    let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&path);
     committed(&db, 1, &service);
     // The silent one never logs in; the garbage one and the slow one are assigned.
     service.wait_for("get_login_info no answer within 2s", 1, WAIT);
@@ -322,16 +316,13 @@ fn misbehaving_bots_do_not_disturb_the_others() {
 #[test]
 fn failing_status_probes_quarantine_the_bot_until_one_succeeds() {
     let sims = three();
-    let dir = TempDir::new("onebot-health");
-    let path = dir.write(
-        "config.yaml",
+    let (_dir, db, service) = serve(
+        "onebot-health",
         &config(&format!("    connections:\n{}", sims.connections(""))).replace(
             "health: {probeInterval: 600}",
             "health: {probeInterval: 0.2, failureThreshold: 3}",
         ),
     );
-    let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&path);
     committed(&db, 1, &service);
     sims.bot(1002).set_status_failing(true);
     service.wait_for(
@@ -361,16 +352,13 @@ fn oversized_frames_reset_only_that_connection_and_floods_are_harmless() {
         (1002, 100001..=100008),
         (1003, 100001..=100600),
     ]);
-    let dir = TempDir::new("onebot-oversized");
-    let path = dir.write(
-        "config.yaml",
+    let (_dir, db, service) = serve(
+        "onebot-oversized",
         &config(&format!(
             "    maxFrameBytes: 8192\n    connections:\n{}",
             sims.connections("")
         )),
     );
-    let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&path);
     committed(&db, 1, &service);
     // 1003's group list is far beyond 8 KiB: its connection is reset, again and again.
     service.wait_for("onebot:1003", 1, WAIT);

@@ -12,19 +12,11 @@ use auto_assign::coord::publish::Keys;
 use auto_assign::coord::signature::Signature;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use support::{Db, RedisServer, Service, TempDir, eventually, get, post, post_raw};
+use support::{
+    Db, FLEET, RedisServer, Service, TempDir, eventually, fleet_with_offline, get, post, post_raw,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-const FLEET: &str = "\
-bots:
-  - id: 1001
-    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
-  - id: 1002
-    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008]
-  - id: 1003
-    channels: [100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
-";
 
 fn config(extra: &str) -> String {
     format!(
@@ -157,10 +149,7 @@ fn publication_is_versioned_and_followers_resync_after_gaps() {
     });
 
     // Changes arrive as the next versions.
-    dir.write(
-        "fleet.yaml",
-        &FLEET.replace("  - id: 1002\n", "  - id: 1002\n    online: false\n"),
-    );
+    dir.write("fleet.yaml", &fleet_with_offline(1002));
     eventually("second rebalance", WAIT, || db.history().len() == 2);
     eventually("change published", WAIT, || {
         hash(&redis, "aa-test:assignment:onebot")
@@ -223,10 +212,7 @@ fn a_redis_restart_gets_the_full_state_republished() {
 
     // Redis dies; the fleet changes meanwhile; planning goes on.
     redis.stop();
-    dir.write(
-        "fleet.yaml",
-        &FLEET.replace("  - id: 1003\n", "  - id: 1003\n    online: false\n"),
-    );
+    dir.write("fleet.yaml", &fleet_with_offline(1003));
     eventually("rebalanced without redis", WAIT, || db.history().len() == 2);
     service.wait_for("redis: publishing the assignment failed", 1, WAIT);
 
@@ -584,10 +570,7 @@ fn gates_activities_and_presence_in_redis() {
     assert_eq!(presence["source"], "redis");
     assert!(presence["bots"]["1001"].is_object());
     // A bot going offline leaves the registry at once.
-    dir.write(
-        "fleet.yaml",
-        &FLEET.replace("  - id: 1002\n", "  - id: 1002\n    online: false\n"),
-    );
+    dir.write("fleet.yaml", &fleet_with_offline(1002));
     eventually("offline bot removed", WAIT, || {
         !redis
             .cli(&["HKEYS", "pallas:presence:bots"])

@@ -7,19 +7,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use support::{Db, Postgres, Service, TempDir, eventually};
+use support::{Db, FLEET, Postgres, Service, TempDir, eventually, fleet_with_offline};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-const FLEET: &str = "\
-bots:
-  - id: 1001
-    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
-  - id: 1002
-    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008]
-  - id: 1003
-    channels: [100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
-";
 
 fn config(database: &str, extra: &str) -> String {
     format!(
@@ -92,10 +82,7 @@ fn end_to_end(db: Db, dir: &TempDir) {
 
     // Bot 1002 goes offline in the fleet file.
     let edited = Instant::now();
-    dir.write(
-        "fleet.yaml",
-        &FLEET.replace("  - id: 1002\n", "  - id: 1002\n    online: false\n"),
-    );
+    dir.write("fleet.yaml", &fleet_with_offline(1002));
     service.wait_for("rebalance #2", 1, WAIT);
     committed(&db, 2);
     assert!(
@@ -243,10 +230,7 @@ fn hot_reload_of_priorities_and_rejected_edits() {
     );
 
     // The previous config is still in force: the pin holds through the next rebalance.
-    dir.write(
-        "fleet.yaml",
-        &FLEET.replace("  - id: 1003\n", "  - id: 1003\n    online: false\n"),
-    );
+    dir.write("fleet.yaml", &fleet_with_offline(1003));
     service.wait_for("rebalance #3 (bot-offline)", 1, WAIT);
     committed(&db, 3);
     assert_eq!(db.channels("onebot")["100005"], target);

@@ -8,7 +8,7 @@
 //! * raw `SET NX EX` throughput of the same client type on the same Redis, in the same run,
 //!   as the reference for the ratios.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use super::procs::{self, TermOnDrop, free_port};
 use crate::coord::claim::Claims;
 use crate::coord::redis::Redis;
 
@@ -29,46 +30,19 @@ pub fn run(redis_url: Option<&str>) -> anyhow::Result<()> {
     rt.block_on(bench(redis_url))
 }
 
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
     let mut children = Vec::new();
     let url = match redis_url {
         Some(u) => u.to_owned(),
         None => {
             let port = free_port()?;
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
+            let child = procs::redis_server(port)
                 .stdout(Stdio::null())
                 .spawn()
                 .map_err(|e| {
                     anyhow::anyhow!("redis-server: {e} (install it, or pass --redis URL)")
                 })?;
-            children.push(Kill(child));
+            children.push(TermOnDrop(child));
             format!("redis://127.0.0.1:{port}")
         }
     };
@@ -96,7 +70,7 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()?;
-    children.push(Kill(child));
+    children.push(TermOnDrop(child));
     let redis = Redis::connect(&url, tokio_util::sync::CancellationToken::new())?;
     // Wait for the API and the first assignment.
     let started = Instant::now();

@@ -72,15 +72,8 @@ fn seed(s: u64, minus_one: bool) -> Fleet {
             p.join(b, channel);
         }
     }
-    for &b in &bots {
-        p.set_online(b, true);
-    }
-    p.take_journal();
-    Fleet {
-        name: if minus_one { "seed-minus-1" } else { "seed" },
-        index,
-        rules: Rules::default(),
-    }
+    let name = if minus_one { "seed-minus-1" } else { "seed" };
+    all_online(name, index, &bots)
 }
 
 /// Nested memberships: bot i is in a channel iff its fraction exceeds the channel's draw.
@@ -108,7 +101,13 @@ fn nested(s: u64, name: &'static str, fractions: &[f64], channels: usize) -> Fle
             p.join(b, channel);
         }
     }
-    for &b in &bots {
+    all_online(name, index, &bots)
+}
+
+/// A fleet whose `bots` are all online, with no rules and nothing journalled yet.
+fn all_online(name: &'static str, mut index: FleetIndex, bots: &[u32]) -> Fleet {
+    let p = index.platform_mut(PLATFORM);
+    for &b in bots {
         p.set_online(b, true);
     }
     p.take_journal();

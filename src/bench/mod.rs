@@ -9,6 +9,7 @@ pub mod coord;
 pub mod federate;
 pub mod fleets;
 pub mod onebot;
+pub mod procs;
 
 use std::time::{Duration, Instant};
 

@@ -13,6 +13,7 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::procs::TermOnDrop;
 use crate::sim::SimBot;
 
 pub fn run(bots: usize, groups_per_bot: usize, seed: u64) -> anyhow::Result<()> {
@@ -67,18 +68,20 @@ sources:
     let db = dir.join("state.db");
 
     let started = Instant::now();
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["serve", "--config"])
-        .arg(&config_path)
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()?;
+    let mut child = TermOnDrop(
+        Command::new(std::env::current_exe()?)
+            .args(["serve", "--config"])
+            .arg(&config_path)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?,
+    );
     let result = async {
-        wait_for_runs(&db, 1, &mut child).await?;
+        wait_for_runs(&db, 1, &mut child.0).await?;
         let to_first = started.elapsed();
         let (assigned, _, _) = last_run(&db).await?;
         println!("  start → first assignment committed: {:.2} s ({assigned} channels)", to_first.as_secs_f64());
@@ -86,7 +89,7 @@ sources:
         let victim = &sims[rng.random_range(0..bots)];
         let offline = Instant::now();
         victim.bot_offline();
-        wait_for_runs(&db, 2, &mut child).await?;
+        wait_for_runs(&db, 2, &mut child.0).await?;
         let reaction = offline.elapsed();
         let (_, forced, voluntary) = last_run(&db).await?;
         println!(
@@ -94,14 +97,11 @@ sources:
             victim.id(),
             reaction.as_secs_f64() * 1e3
         );
-        println!("  service peak RSS: {}", peak_rss(child.id()).map_or("n/a".to_owned(), |mb| format!("{mb:.0} MB")));
+        println!("  service peak RSS: {}", peak_rss(child.0.id()).map_or("n/a".to_owned(), |mb| format!("{mb:.0} MB")));
         anyhow::Ok(())
     }
     .await;
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    drop(child);
     for bot in &sims {
         bot.stop();
     }

@@ -14,7 +14,7 @@
 //! an owned gate and grant a broadcast slot); the answer says so.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::redis::Redis;
@@ -47,13 +47,18 @@ pub struct GateAnswer {
     pub fallback: bool,
 }
 
+/// In-process entries beyond which expired ones are dropped.
+const IN_PROCESS_CAP: usize = 2000;
+
 pub struct Gates {
     redis: Option<Redis>,
     owned: Mutex<HashMap<(String, i64), (i64, f64)>>,
     busy: Mutex<HashMap<(String, i64), f64>>,
 }
 
-const OWNED: &str = r#"
+static OWNED: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
 local now = tonumber(ARGV[1])
 local raw = redis.call('GET', KEYS[1])
 if raw then
@@ -66,9 +71,13 @@ local untilv = now + tonumber(ARGV[4])
 local value = cjson.encode({plugin = ARGV[2], group_id = tonumber(ARGV[5]), owner_bot_id = tonumber(ARGV[3]), ['until'] = untilv, kind = 'owned'})
 redis.call('SET', KEYS[1], value, 'EX', math.max(1, math.floor(untilv - now) + 5))
 return 1
-"#;
+"#,
+    )
+});
 
-const BEGIN: &str = r#"
+static BEGIN: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
 local now = tonumber(ARGV[1])
 local raw = redis.call('GET', KEYS[1])
 if raw then
@@ -81,9 +90,13 @@ local untilv = now + tonumber(ARGV[2])
 local value = cjson.encode({group_id = tonumber(ARGV[3]), busy = true, ['until'] = untilv, shard_id = 0, acquired_at = now})
 redis.call('SET', KEYS[1], value, 'EX', math.max(60, math.floor(untilv - now) + 60))
 return 1
-"#;
+"#,
+    )
+});
 
-const END: &str = r#"
+static END: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 local ok, data = pcall(cjson.decode, raw)
@@ -93,7 +106,9 @@ data['until'] = 0
 data['session_until'] = nil
 redis.call('SET', KEYS[1], cjson.encode(data), 'EX', tonumber(ARGV[1]))
 return 1
-"#;
+"#,
+    )
+});
 
 impl Gates {
     pub fn new(redis: Option<Redis>) -> Gates {
@@ -119,6 +134,21 @@ impl Gates {
         )
     }
 
+    /// Runs one gate script on Redis: `None` when Redis is not configured, not connected or
+    /// did not answer, so the caller decides in process.
+    async fn on_redis(&self, invocation: &redis::ScriptInvocation<'_>) -> Option<i64> {
+        let mut conn = self.redis.as_ref()?.conn().await?;
+        invocation.invoke_async(&mut conn).await.ok()
+    }
+
+    /// An answer decided in process: a fallback when Redis is configured.
+    fn in_process(&self, granted: bool) -> GateAnswer {
+        GateAnswer {
+            granted,
+            fallback: self.redis.is_some(),
+        }
+    }
+
     /// `try_begin_group_owned_gate`: an unexpired gate answers whether `bot` holds it;
     /// otherwise `bot` takes it for `gate_sec` (at least 1 s).
     pub async fn owned_gate(
@@ -129,78 +159,53 @@ impl Gates {
         gate_sec: f64,
     ) -> GateAnswer {
         let ttl = gate_sec.max(1.0);
-        if let Some(redis) = &self.redis
-            && let Some(mut conn) = redis.conn().await
-        {
-            let result: redis::RedisResult<i64> = redis::Script::new(OWNED)
-                .key(Self::owned_key(plugin, group))
-                .arg(now())
-                .arg(plugin)
-                .arg(bot)
-                .arg(ttl)
-                .arg(group)
-                .invoke_async(&mut conn)
-                .await;
-            if let Ok(granted) = result {
-                return GateAnswer {
-                    granted: granted == 1,
-                    fallback: false,
-                };
-            }
+        let mut call = OWNED.key(Self::owned_key(plugin, group));
+        call.arg(now()).arg(plugin).arg(bot).arg(ttl).arg(group);
+        if let Some(granted) = self.on_redis(&call).await {
+            return GateAnswer {
+                granted: granted == 1,
+                fallback: false,
+            };
         }
         let now = now();
         let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (plugin.to_owned(), group);
-        let granted = match owned.get(&key) {
+        let granted = match owned.get(&(plugin.to_owned(), group)) {
             Some(&(owner, until)) if now < until => owner == bot,
             _ => {
-                owned.insert(key, (bot, now + ttl));
-                if owned.len() > 2000 {
+                owned.insert((plugin.to_owned(), group), (bot, now + ttl));
+                if owned.len() > IN_PROCESS_CAP {
                     owned.retain(|_, (_, until)| *until > now);
                 }
                 true
             }
         };
-        GateAnswer {
-            granted,
-            fallback: self.redis.is_some(),
-        }
+        self.in_process(granted)
     }
 
     /// `begin_group_exclusive_activity`: `granted` is "ok", otherwise "busy".
     pub async fn begin_activity(&self, namespace: &str, group: i64, busy_sec: f64) -> GateAnswer {
         let ttl = busy_sec.max(1.0);
-        if let Some(redis) = &self.redis
-            && let Some(mut conn) = redis.conn().await
-        {
-            let result: redis::RedisResult<i64> = redis::Script::new(BEGIN)
-                .key(Self::activity_key(namespace, group))
-                .arg(now())
-                .arg(ttl)
-                .arg(group)
-                .invoke_async(&mut conn)
-                .await;
-            if let Ok(granted) = result {
-                return GateAnswer {
-                    granted: granted == 1,
-                    fallback: false,
-                };
-            }
+        let mut call = BEGIN.key(Self::activity_key(namespace, group));
+        call.arg(now()).arg(ttl).arg(group);
+        if let Some(granted) = self.on_redis(&call).await {
+            return GateAnswer {
+                granted: granted == 1,
+                fallback: false,
+            };
         }
         let now = now();
         let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (namespace.to_owned(), group);
-        let granted = match busy.get(&key) {
+        let granted = match busy.get(&(namespace.to_owned(), group)) {
             Some(&until) if until > now => false,
             _ => {
-                busy.insert(key, now + ttl);
+                busy.insert((namespace.to_owned(), group), now + ttl);
+                if busy.len() > IN_PROCESS_CAP {
+                    busy.retain(|_, until| *until > now);
+                }
                 true
             }
         };
-        GateAnswer {
-            granted,
-            fallback: self.redis.is_some(),
-        }
+        self.in_process(granted)
     }
 
     /// Ends an activity (idempotent).
@@ -209,25 +214,15 @@ impl Gates {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(namespace.to_owned(), group));
-        if let Some(redis) = &self.redis
-            && let Some(mut conn) = redis.conn().await
-        {
-            let result: redis::RedisResult<i64> = redis::Script::new(END)
-                .key(Self::activity_key(namespace, group))
-                .arg((busy_sec.max(1.0)) as i64)
-                .invoke_async(&mut conn)
-                .await;
-            if result.is_ok() {
-                return GateAnswer {
-                    granted: true,
-                    fallback: false,
-                };
-            }
+        let mut call = END.key(Self::activity_key(namespace, group));
+        call.arg(busy_sec.max(1.0) as i64);
+        if self.on_redis(&call).await.is_some() {
+            return GateAnswer {
+                granted: true,
+                fallback: false,
+            };
         }
-        GateAnswer {
-            granted: true,
-            fallback: self.redis.is_some(),
-        }
+        self.in_process(true)
     }
 }
 

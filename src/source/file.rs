@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::FleetEvent;
+use crate::config::FileError;
 use crate::watch::FileWatch;
 
 /// The fleet as a file describes it.
@@ -80,25 +81,10 @@ impl<'de> Deserialize<'de> for Id {
     }
 }
 
-/// A fleet file that could not be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FleetError {
-    pub file: PathBuf,
-    pub message: String,
-}
-
-impl fmt::Display for FleetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.file.display(), self.message)
-    }
-}
-
-impl std::error::Error for FleetError {}
-
 impl Fleet {
     /// Parses fleet file content (YAML; JSON is YAML too).
-    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Fleet, FleetError> {
-        let fail = |message: String| FleetError {
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Fleet, FileError> {
+        let fail = |message: String| FileError {
             file: path.to_owned(),
             message,
         };
@@ -123,8 +109,8 @@ impl Fleet {
         Ok(Fleet { bots })
     }
 
-    pub fn load(path: &Path) -> Result<(Fleet, Vec<u8>), FleetError> {
-        let bytes = std::fs::read(path).map_err(|e| FleetError {
+    pub fn load(path: &Path) -> Result<(Fleet, Vec<u8>), FileError> {
+        let bytes = std::fs::read(path).map_err(|e| FileError {
             file: path.to_owned(),
             message: format!("cannot read: {e}"),
         })?;

@@ -3,12 +3,29 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Three file-source bots in 12 groups, 4 groups each in a balanced assignment.
+pub const FLEET: &str = "\
+bots:
+  - id: 1001
+    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
+  - id: 1002
+    channels: [100001, 100002, 100003, 100004, 100005, 100006, 100007, 100008]
+  - id: 1003
+    channels: [100005, 100006, 100007, 100008, 100009, 100010, 100011, 100012]
+";
+
+/// [`FLEET`] with `bot` offline.
+pub fn fleet_with_offline(bot: u64) -> String {
+    let entry = format!("  - id: {bot}\n");
+    assert!(FLEET.contains(&entry), "bot {bot} is not in FLEET");
+    FLEET.replace(&entry, &format!("{entry}    online: false\n"))
+}
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -51,11 +68,7 @@ impl Drop for TempDir {
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    auto_assign::bench::procs::free_port().unwrap()
 }
 
 /// The `auto-assign` binary running `serve`, with its log captured.
@@ -291,6 +304,25 @@ pub enum Db {
 /// One history record: (causes, channels, forced, voluntary).
 pub type HistoryRow = (String, i64, i64, i64);
 
+/// Runs `$body` on a fresh connection pool of `$db`, bound to `$pool` (one expression, compiled
+/// once per backend).
+macro_rules! with_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        Db::block_on(async {
+            match $db {
+                Db::Sqlite(path) => {
+                    let $pool = Db::sqlite(path).await;
+                    $body
+                }
+                Db::Postgres(url) => {
+                    let $pool = sqlx::PgPool::connect(url).await.unwrap();
+                    $body
+                }
+            }
+        })
+    };
+}
+
 impl Db {
     fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
         tokio::runtime::Builder::new_current_thread()
@@ -311,65 +343,27 @@ impl Db {
     /// channel id → assignee, for one platform.
     pub fn channels(&self, platform: &str) -> std::collections::BTreeMap<String, String> {
         let sql = "SELECT id, assignee FROM channel WHERE platform = $1";
-        let rows: Vec<(String, String)> = Self::block_on(async {
-            match self {
-                Db::Sqlite(p) => {
-                    let pool = Self::sqlite(p).await;
-                    sqlx::query_as(sql)
-                        .bind(platform)
-                        .fetch_all(&pool)
-                        .await
-                        .unwrap()
-                }
-                Db::Postgres(url) => {
-                    let pool = sqlx::PgPool::connect(url).await.unwrap();
-                    sqlx::query_as(sql)
-                        .bind(platform)
-                        .fetch_all(&pool)
-                        .await
-                        .unwrap()
-                }
-            }
-        });
+        let rows: Vec<(String, String)> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(platform)
+            .fetch_all(&pool)
+            .await
+            .unwrap());
         rows.into_iter().collect()
     }
 
-    /// Every rebalance record, oldest first.
+    /// Every rebalance record, oldest first (none while the table does not exist yet).
     pub fn history(&self) -> Vec<HistoryRow> {
         let sql = "SELECT causes, channels, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id";
-        Self::block_on(async {
-            match self {
-                Db::Sqlite(p) => {
-                    let pool = Self::sqlite(p).await;
-                    sqlx::query_as(sql)
-                        .fetch_all(&pool)
-                        .await
-                        .unwrap_or_default()
-                }
-                Db::Postgres(url) => {
-                    let pool = sqlx::PgPool::connect(url).await.unwrap();
-                    sqlx::query_as(sql)
-                        .fetch_all(&pool)
-                        .await
-                        .unwrap_or_default()
-                }
-            }
-        })
+        with_pool!(self, |pool| sqlx::query_as(sql)
+            .fetch_all(&pool)
+            .await
+            .unwrap_or_default())
     }
 
     /// Runs a statement (to set up rows as Koishi would have).
     pub fn execute(&self, sql: &'static str) {
-        Self::block_on(async {
-            match self {
-                Db::Sqlite(p) => {
-                    let pool = Self::sqlite(p).await;
-                    sqlx::query(sql).execute(&pool).await.unwrap();
-                }
-                Db::Postgres(url) => {
-                    let pool = sqlx::PgPool::connect(url).await.unwrap();
-                    sqlx::query(sql).execute(&pool).await.unwrap();
-                }
-            }
+        with_pool!(self, |pool| {
+            sqlx::query(sql).execute(&pool).await.unwrap();
         })
     }
 
@@ -377,28 +371,12 @@ impl Db {
     pub fn koishi_columns(&self, platform: &str, id: &str) -> (i64, String, Option<i64>) {
         let sql =
             r#"SELECT flag, locales, "createdAt" FROM channel WHERE platform = $1 AND id = $2"#;
-        Self::block_on(async {
-            match self {
-                Db::Sqlite(p) => {
-                    let pool = Self::sqlite(p).await;
-                    sqlx::query_as(sql)
-                        .bind(platform)
-                        .bind(id)
-                        .fetch_one(&pool)
-                        .await
-                        .unwrap()
-                }
-                Db::Postgres(url) => {
-                    let pool = sqlx::PgPool::connect(url).await.unwrap();
-                    sqlx::query_as(sql)
-                        .bind(platform)
-                        .bind(id)
-                        .fetch_one(&pool)
-                        .await
-                        .unwrap()
-                }
-            }
-        })
+        with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(platform)
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap())
     }
 }
 
@@ -501,17 +479,7 @@ impl RedisServer {
     /// Starts (again) on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+        let child = auto_assign::bench::procs::redis_server(self.port)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
