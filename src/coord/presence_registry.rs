@@ -3,9 +3,10 @@
 //! `qq`, `shard_id`, `connection_key`, `adapter`, `connected_at_unix`, `last_seen_at`,
 //! `nickname`; `pallas:presence:updated_at` = the last change (wall-clock seconds).
 //!
-//! Every 30 s (and right after a bot connects or disconnects) the online bots of this service
-//! are written with a fresh `last_seen_at`, the ones that went away are removed, and every
-//! entry not seen for 120 s, whoever wrote it, is pruned, as upstream's readers do.
+//! Every 30 s (right after a bot connects or disconnects; every second while Redis cannot be
+//! written) the online bots of this service are written with a fresh `last_seen_at`, the ones
+//! that went away are removed, and every entry not seen for 120 s, whoever wrote it, is
+//! pruned, as upstream's readers do.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,6 +21,7 @@ pub const BOTS_KEY: &str = "pallas:presence:bots";
 pub const UPDATED_KEY: &str = "pallas:presence:updated_at";
 const STALE: f64 = 120.0;
 const PERIOD: Duration = Duration::from_secs(30);
+const RETRY: Duration = Duration::from_secs(1);
 
 fn now() -> f64 {
     SystemTime::now()
@@ -51,15 +53,22 @@ pub async fn run(
 ) {
     let mut ours: HashSet<String> = HashSet::new();
     loop {
-        if let Some(mut conn) = redis.conn().await
-            && let Err(e) = refresh(&mut conn, &presence, &mut ours).await
-        {
-            tracing::debug!("presence registry: {e}");
-        }
+        let written = match redis.conn().await {
+            Some(mut conn) => match refresh(&mut conn, &presence, &mut ours).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!("presence registry: {e}");
+                    false
+                }
+            },
+            None => false,
+        };
+        // Redis not reached yet (start-up) or down: try again soon, not a whole period later.
+        let wait = if written { PERIOD } else { RETRY };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             Ok(()) = changed.changed() => {}
-            _ = tokio::time::sleep(PERIOD) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
