@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -27,7 +27,45 @@ use crate::coord::presence_registry;
 use crate::coord::redis::Redis;
 use crate::engine::Control;
 use crate::presence::Presence;
+use crate::secret::Secret;
+use crate::store::writer::WriteStatus;
 use crate::view::View;
+use crate::yaml::{AtLeast, Seconds};
+
+/// `api:`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Settings {
+    /// `None` (`bind: null`): no HTTP API.
+    #[serde(deserialize_with = "optional_addr")]
+    pub bind: Option<std::net::SocketAddr>,
+    /// When set, every route but `/healthz` needs `Authorization: Bearer <token>`.
+    pub token: Secret,
+    /// Larger bodies get 413.
+    pub max_body_bytes: AtLeast<1024>,
+    /// How long a client may take to send a request's headers; also how long an idle
+    /// keep-alive connection stays open.
+    pub header_timeout: Seconds<100>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            bind: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 8787))),
+            token: Secret::default(),
+            max_body_bytes: AtLeast(64 * 1024),
+            header_timeout: Seconds::secs(10),
+        }
+    }
+}
+
+fn optional_addr<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    #[derive(Deserialize)]
+    struct Addr(#[serde(deserialize_with = "crate::yaml::socket_addr")] std::net::SocketAddr);
+    Ok(Option::<Addr>::deserialize(d)?.map(|a| a.0))
+}
 
 /// Everything the routes need.
 pub struct Api {
@@ -39,7 +77,9 @@ pub struct Api {
     /// The federate pool, when this deployment joined one.
     pub federate: Option<Arc<Federate>>,
     pub control: mpsc::Sender<Control>,
-    pub token: String,
+    pub token: Secret,
+    /// The store writer's state: pending rows, the last error.
+    pub store: tokio::sync::watch::Receiver<WriteStatus>,
 }
 
 type Shared = Arc<Api>;
@@ -52,6 +92,7 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/v1/assignments", get(assignments))
         .route("/v1/assignments/{platform}/{channel}", get(assignment))
         .route("/v1/bots", get(bots))
+        .route("/v1/status", get(status))
         .route("/v1/presence", get(presence))
         .route("/v1/federate/peers", get(federate_peers))
         .route("/v1/rebalance", post(rebalance))
@@ -93,32 +134,121 @@ async fn auth(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if !bool::from(given.as_bytes().ct_eq(api.token.as_bytes())) {
+        if !bool::from(given.as_bytes().ct_eq(api.token.expose().as_bytes())) {
             return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
         }
     }
     next.run(request).await
 }
 
-/// JSON bodies whose rejections are JSON 400s naming what was wrong.
+/// JSON bodies: too large → 413 (whatever the content type), not JSON → 415, malformed or a
+/// missing or mistyped field → 400 naming it; a body that does not arrive within
+/// [`BODY_TIMEOUT`] → 408.
 struct Body<T>(T);
+
+/// How long a request body may take to arrive once its headers are in.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Body(v)),
-            Err(JsonRejection::BytesRejection(e))
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                Err(error(
+        let json = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(str::trim)
+            .is_some_and(|t| t == "application/json" || t.ends_with("+json"));
+        // The size first: a too large body is 413 whatever it claims to be.
+        let bytes = match tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(req, state)).await
+        {
+            Err(_) => {
+                return Err(error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("the request body did not arrive within {BODY_TIMEOUT:?}"),
+                ));
+            }
+            Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "request body too large",
-                ))
+                ));
             }
-            Err(e) => Err(error(StatusCode::BAD_REQUEST, e.body_text())),
+            Ok(Err(rejection)) => {
+                return Err(error(StatusCode::BAD_REQUEST, rejection.body_text()));
+            }
+            Ok(Ok(bytes)) => bytes,
+        };
+        if !json {
+            return Err(error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "expected Content-Type: application/json",
+            ));
         }
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        match serde_path_to_error::deserialize(&mut de) {
+            Ok(v) => match de.end() {
+                Ok(()) => Ok(Body(v)),
+                Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}"))),
+            },
+            Err(e) => {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                let message = if inner.is_syntax() || inner.is_eof() {
+                    format!("invalid JSON: {inner}")
+                } else if path == "." {
+                    inner.to_string()
+                } else {
+                    format!("{path}: {inner}")
+                };
+                Err(error(StatusCode::BAD_REQUEST, message))
+            }
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown`: HTTP/1.1, a request's headers within
+/// `header_timeout` (which is also how long an idle keep-alive connection stays open), then
+/// at most 5 s for the requests in flight. axum's own `serve` has no such timeouts: 500
+/// connections sending half a request each would stay open for good.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    header_timeout: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: do not spin.
+                    tracing::warn!("API: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    if tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("API: requests still open 5 s after the stop were cut");
     }
 }
 
@@ -133,7 +263,28 @@ async fn healthz(State(api): State<Shared>) -> Json<Value> {
             None => "unavailable",
         },
     };
-    Json(json!({ "status": "ok", "redis": redis }))
+    let store = api.store.borrow().clone();
+    let status = if store.last_error.is_some() {
+        "degraded"
+    } else {
+        "ok"
+    };
+    let age = |t: Option<std::time::SystemTime>| {
+        t.and_then(|t| t.elapsed().ok()).map(|d| d.as_secs_f64())
+    };
+    Json(json!({
+        "status": status,
+        "redis": redis,
+        "store": {
+            "committed": store.is_committed(),
+            "pending_rows": store.pending_rows,
+            "pending_runs": store.pending_runs,
+            "last_error": store.last_error,
+            "failure": store.failure,
+            "last_commit_age_sec": age(store.last_commit),
+            "failing_for_sec": age(store.failing_since),
+        },
+    }))
 }
 
 async fn ingress(State(api): State<Shared>, Body(request): Body<IngressRequest>) -> Response {
@@ -190,6 +341,20 @@ async fn bots(State(api): State<Shared>) -> Json<Value> {
         }
     }
     Json(Value::Array(out))
+}
+
+/// Per platform: the numbers of the last plan and what the engine keeps in memory.
+async fn status(State(api): State<Shared>) -> Json<Value> {
+    let platforms: BTreeMap<String, Value> = api
+        .view
+        .platforms()
+        .into_iter()
+        .map(|p| {
+            let counts = api.view.counts(&p);
+            (p, json!(counts))
+        })
+        .collect();
+    Json(json!({ "platforms": platforms }))
 }
 
 async fn presence(State(api): State<Shared>) -> Json<Value> {

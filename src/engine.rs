@@ -1,12 +1,13 @@
 //! The engine: the one writer of assignments.
 //!
 //! It owns the index and the planner, applies fleet events as they come, asks the
-//! [`Debouncer`] when to rebalance, plans, and commits each plan's changed rows and history
-//! record in one transaction. Inputs that arrive during a run wait in their channels and form
-//! the next run. A commit that fails (database down) is kept and retried, merged with later
-//! plans, so nothing is lost; planning never waits for the database.
+//! [`Debouncer`] when to rebalance, plans, and hands each plan's changed rows and history
+//! record to the [`Writer`], which commits them in one transaction beside the engine. Inputs
+//! that arrive during a run wait in their channels and form the next run. A commit that fails
+//! (database down) is kept and retried by the writer, merged with later plans, so nothing is
+//! lost; planning never waits for the database.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -21,9 +22,10 @@ use crate::index::FleetIndex;
 use crate::presence::Presence;
 use crate::source::FleetEvent;
 use crate::store::sql::now_ms;
-use crate::store::{Batch, ChannelWrite, PlatformRecord, RunRecord, Store};
+use crate::store::writer::{Unwritten, Writer};
+use crate::store::{Batch, ChannelWrite, PlatformRecord, RunRecord};
 use crate::triggers::{Cause, Causes, Debouncer};
-use crate::view::View;
+use crate::view::{PlatformCounts, View};
 
 /// Control messages for the engine (everything that is not a fleet event).
 #[derive(Debug)]
@@ -57,59 +59,32 @@ pub struct Engine {
     outputs: Outputs,
     index: FleetIndex,
     planner: Planner,
-    store: Store,
+    writer: Writer,
     triggers: Debouncer,
-    /// Writes and history not yet committed (the database was unavailable).
-    pending: Pending,
-    retry: Option<(Instant, Duration)>,
     next_periodic: Option<Instant>,
     cron: Option<tokio_cron_scheduler::JobScheduler>,
     /// No rebalance runs before the sources have reported the fleet: a plan of a half-known
     /// fleet would move the channels of every bot not connected yet.
     ready: bool,
     runs: u64,
+    /// Since when each offline bot has been offline: gone for longer than
+    /// `forgetBotsAfter`, it is forgotten (index, view, presence).
+    offline_since: HashMap<(String, String), Instant>,
 }
 
-#[derive(Default)]
-struct Pending {
-    writes: BTreeMap<(String, String), String>,
-    runs: Vec<RunRecord>,
-}
-
-impl Pending {
-    fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.runs.is_empty()
-    }
-
-    fn merge(&mut self, batch: Batch) {
-        for w in batch.writes {
-            self.writes.insert((w.platform, w.channel), w.assignee);
-        }
-        self.runs.extend(batch.runs);
-    }
-
-    fn take(&mut self) -> Batch {
-        let pending = std::mem::take(self);
-        Batch {
-            writes: pending
-                .writes
-                .into_iter()
-                .map(|((platform, channel), assignee)| ChannelWrite {
-                    platform,
-                    channel,
-                    assignee,
-                })
-                .collect(),
-            runs: pending.runs,
-        }
-    }
-}
+/// Below this many, channels nobody is in cost too little to be worth a rebuild of the index.
+const FORGET_CHANNELS_AT: usize = 1024;
 
 impl Engine {
-    /// An engine whose previous assignment is what the store holds.
-    pub async fn new(config: Config, store: Store, outputs: Outputs) -> anyhow::Result<Self> {
+    /// An engine whose previous assignment is `stored` (what the store holds:
+    /// platform, channel, bot), writing through `writer`.
+    pub fn new(
+        config: Config,
+        stored: Vec<(String, String, String)>,
+        writer: Writer,
+        outputs: Outputs,
+    ) -> Self {
         let mut index = FleetIndex::new();
-        let stored = store.load_assignments().await?;
         let count = stored.len();
         // Every platform's rows, so a platform enabled later still starts from its stored state.
         for (platform, channel, bot) in stored {
@@ -127,20 +102,19 @@ impl Engine {
         }
         outputs.view.set_exclusions(&config.rules.exclude);
         info!("loaded {count} stored assignment(s) as the previous assignment");
-        Ok(Self {
+        Self {
             outputs,
             planner: Planner::new(config.strategy),
             config,
             index,
-            store,
+            writer,
             triggers: Debouncer::default(),
-            pending: Pending::default(),
-            retry: None,
             next_periodic: None,
             cron: None,
             ready: false,
             runs: 0,
-        })
+            offline_since: HashMap::new(),
+        }
     }
 
     pub fn index(&self) -> &FleetIndex {
@@ -157,6 +131,7 @@ impl Engine {
                 channels,
                 status,
             } => {
+                self.offline_since.remove(&(platform.clone(), bot.clone()));
                 self.index.bot_online(platform, bot, channels);
                 info!(
                     "bot {platform}:{bot} online in {} channel(s)",
@@ -174,6 +149,9 @@ impl Engine {
                 reason,
                 status,
             } => {
+                self.offline_since
+                    .entry((platform.clone(), bot.clone()))
+                    .or_insert_with(Instant::now);
                 self.index.bot_offline(platform, bot);
                 info!("bot {platform}:{bot} offline ({reason})");
                 Some(if *status {
@@ -196,14 +174,21 @@ impl Engine {
                 bot,
                 channel,
             } => {
+                let p = self.index.platform_mut(platform);
+                let was_assignee = p
+                    .find_channel(channel)
+                    .and_then(|c| p.assignee(c))
+                    .is_some_and(|a| p.find_bot(bot) == Some(a));
                 self.index.channel_left(platform, bot, channel);
                 debug!("bot {platform}:{bot} left channel {channel}");
-                // The plugin's rule: only worth a rebalance if someone is left to take over.
+                // The plugin's rule: worth a rebalance if someone is left to take over; and
+                // when the departed bot was the assignee, also to unassign a channel nobody
+                // is left in (its row must not keep naming a bot that is gone).
                 let p = self.index.platform_mut(platform);
                 let someone = p
                     .find_channel(channel)
                     .is_some_and(|c| p.members(c).iter().any(|&b| p.is_online(b)));
-                someone.then_some(Cause::ChannelLeft)
+                (someone || was_assignee).then_some(Cause::ChannelLeft)
             }
         };
         self.reflect(&event);
@@ -255,18 +240,17 @@ impl Engine {
     }
 
     /// Runs until `shutdown`; a rebalance in progress always completes (or its transaction
-    /// is rolled back as a whole).
+    /// is rolled back as a whole). Returns what could not be written before the stop.
     pub async fn run(
         mut self,
         mut fleet: mpsc::Receiver<FleetEvent>,
         control_tx: mpsc::Sender<Control>,
         mut control: mpsc::Receiver<Control>,
         shutdown: CancellationToken,
-    ) {
+    ) -> Unwritten {
         self.reschedule(&control_tx).await;
         loop {
             let due = self.triggers.due().filter(|_| self.ready);
-            let retry = self.retry.map(|(at, _)| at);
             let periodic = self.next_periodic;
             tokio::select! {
                 biased;
@@ -278,17 +262,13 @@ impl Engine {
                     self.next_periodic = Some(Instant::now() + self.config.balance_interval);
                     self.request(Cause::Schedule);
                 }
-                _ = sleep_until(retry.unwrap_or_else(far_future)), if retry.is_some() => self.flush().await,
             }
-        }
-        if !self.pending.is_empty() {
-            self.flush().await;
         }
         if let Some(mut cron) = self.cron.take() {
             let _ = cron.shutdown().await;
         }
-        self.store.close().await;
         info!("stopped after {} rebalance(s)", self.runs);
+        self.writer.finish().await
     }
 
     async fn control(&mut self, msg: Control, control_tx: &mpsc::Sender<Control>) {
@@ -305,33 +285,18 @@ impl Engine {
                 if *new == self.config {
                     return;
                 }
-                let mut new = *new;
-                let restart_only = (
-                    &new.database,
-                    &new.sources,
-                    &new.redis,
-                    &new.claims,
-                    &new.api,
-                    &new.federate,
-                ) != (
-                    &self.config.database,
-                    &self.config.sources,
-                    &self.config.redis,
-                    &self.config.claims,
-                    &self.config.api,
-                    &self.config.federate,
-                );
-                if restart_only {
+                let restart_only = self.config.restart_only_changes(&new);
+                if !restart_only.is_empty() {
+                    let keys: Vec<&str> = restart_only.iter().map(|s| s.key()).collect();
                     warn!(
-                        "{}: database, sources, redis, claims, api and federate changes take effect after a restart",
-                        new.path.display()
+                        "{}: changes of {} take effect after a restart",
+                        new.path.display(),
+                        keys.join(", ")
                     );
-                    new.federate = self.config.federate.clone();
-                    new.database = self.config.database.clone();
-                    new.sources = self.config.sources.clone();
-                    new.redis = self.config.redis.clone();
-                    new.claims = self.config.claims.clone();
-                    new.api = self.config.api.clone();
+                }
+                let new = self.config.reloadable_part_of(*new);
+                if new == self.config {
+                    return;
                 }
                 let schedule_changed = (new.balance_interval, &new.balance_cron)
                     != (self.config.balance_interval, &self.config.balance_cron);
@@ -357,7 +322,7 @@ impl Engine {
         self.next_periodic = None;
         match &self.config.balance_cron {
             None => self.next_periodic = Some(Instant::now() + self.config.balance_interval),
-            Some(expr) => match start_cron(expr, control_tx.clone()).await {
+            Some(expr) => match start_cron(expr.as_str(), control_tx.clone()).await {
                 Ok(scheduler) => self.cron = Some(scheduler),
                 Err(e) => {
                     error!("balanceCron {expr:?}: {e}; using balanceInterval instead");
@@ -393,8 +358,60 @@ impl Engine {
         if let Some(publisher) = &self.outputs.publisher {
             publisher.publish(published);
         }
-        self.pending.merge(batch);
-        self.flush().await;
+        self.writer.submit(batch);
+        self.forget();
+        for p in &plan.platforms {
+            if let Some(index) = self.index.platform(&p.platform) {
+                self.outputs.view.set_counts(
+                    &p.platform,
+                    PlatformCounts {
+                        channels_known: index.channel_count(),
+                        bots_known: index.bot_count(),
+                        assigned: p.assigned,
+                        unassigned: p.unassigned,
+                        excluded: p.excluded.len(),
+                        mean: p.stats.mean,
+                        stddev: p.stats.stddev,
+                        max_load: p.stats.max,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Forgets what only costs memory: channels nobody is in and nobody is assigned, once
+    /// there are many, and bots offline for longer than `forgetBotsAfter` (a bot that comes
+    /// back is learnt again). Rows are never deleted: the table is shared with Koishi.
+    fn forget(&mut self) {
+        let retention = self.config.forget_bots_after;
+        let now = Instant::now();
+        for p in self.index.platforms_mut() {
+            let name = p.name().to_owned();
+            let expired: std::collections::HashSet<String> = self
+                .offline_since
+                .iter()
+                .filter(|((platform, _), since)| *platform == name && now - **since >= retention)
+                .map(|((_, bot), _)| bot.clone())
+                .collect();
+            let forgettable = p.forgettable_channels();
+            let worth = forgettable >= FORGET_CHANNELS_AT.max(p.channel_count() / 4);
+            if expired.is_empty() && !worth {
+                continue;
+            }
+            let (bots, channels) = p.compact(|bot| expired.contains(bot));
+            for bot in &bots {
+                self.offline_since.remove(&(name.clone(), bot.clone()));
+                self.outputs.view.forget_bot(&name, bot);
+                self.outputs.presence.forget(&name, bot);
+            }
+            if !bots.is_empty() || channels > 0 {
+                info!(
+                    "platform {name}: forgot {channels} channel(s) nobody is in and {} bot(s) \
+                     offline for more than {retention:?}",
+                    bots.len()
+                );
+            }
+        }
     }
 
     /// The rows and the history record of a plan.
@@ -434,33 +451,6 @@ impl Engine {
             platforms,
         });
         batch
-    }
-
-    /// Commits everything pending; on failure keeps it and retries with backoff.
-    async fn flush(&mut self) {
-        let batch = self.pending.take();
-        match self.store.commit(&batch).await {
-            Ok(()) => {
-                if self.retry.take().is_some() {
-                    info!(
-                        "database available again: {} pending row(s) written",
-                        batch.writes.len()
-                    );
-                }
-            }
-            Err(e) => {
-                let backoff = self.retry.map_or(Duration::from_secs(1), |(_, b)| {
-                    (b * 2).min(Duration::from_secs(60))
-                });
-                error!(
-                    "writing {} row(s) and {} history record(s) failed: {e}; retrying in {backoff:?}",
-                    batch.writes.len(),
-                    batch.runs.len()
-                );
-                self.pending.merge(batch);
-                self.retry = Some((Instant::now() + backoff, backoff));
-            }
-        }
     }
 }
 

@@ -43,6 +43,14 @@ impl FleetIndex {
         self.platforms.iter().find(|p| p.name == name)
     }
 
+    /// Where a platform is (or will be, once added) in [`FleetIndex::platforms`].
+    pub fn position(&self, name: &str) -> usize {
+        self.platforms
+            .iter()
+            .position(|p| p.name == name)
+            .unwrap_or(self.platforms.len())
+    }
+
     pub fn platform_mut(&mut self, name: &str) -> &mut PlatformIndex {
         match self.platforms.iter().position(|p| p.name == name) {
             Some(i) => &mut self.platforms[i],
@@ -288,6 +296,61 @@ impl PlatformIndex {
         self.assignee_version
     }
 
+    /// Channels nobody is in and nobody is assigned: kept only because ids are never reused
+    /// in place. [`PlatformIndex::compact`] forgets them.
+    pub fn forgettable_channels(&self) -> usize {
+        (0..self.channels.len())
+            .filter(|&c| self.members[c].is_empty() && self.assignee[c].is_none())
+            .count()
+    }
+
+    /// Rebuilds the index without the channels nobody is in or assigned and without the bots
+    /// `forget` names (with their memberships; a bot still assigned somewhere, or online, is
+    /// kept). Indices change, so the journal overflows: the next plan starts from scratch.
+    /// Returns the ids of the bots forgotten and how many channels were.
+    pub fn compact(&mut self, forget: impl Fn(&str) -> bool) -> (Vec<String>, usize) {
+        let gone: Vec<bool> = (0..self.bots.len())
+            .map(|b| !self.online[b] && self.load[b] == 0 && forget(&self.bots[b]))
+            .collect();
+        let mut fresh = PlatformIndex::new(&self.name);
+        let mut bot_map: Vec<Option<BotIx>> = vec![None; self.bots.len()];
+        let mut forgotten = Vec::new();
+        for (b, id) in self.bots.iter().enumerate() {
+            if gone[b] {
+                forgotten.push(id.to_string());
+                continue;
+            }
+            let nb = fresh.add_bot(id);
+            fresh.online[nb as usize] = self.online[b];
+            bot_map[b] = Some(nb);
+        }
+        let mut dropped = 0;
+        for (c, id) in self.channels.iter().enumerate() {
+            let members: Members = self.members[c]
+                .iter()
+                .filter_map(|&b| bot_map[b as usize])
+                .collect();
+            let assignee = self.assignee[c].and_then(|b| bot_map[b as usize]);
+            if members.is_empty() && assignee.is_none() {
+                dropped += 1;
+                continue;
+            }
+            let nc = fresh.add_channel(id);
+            for &b in &members {
+                fresh.bot_channels[b as usize].push(nc);
+            }
+            fresh.members[nc as usize] = members;
+            if let Some(b) = assignee {
+                fresh.assignee[nc as usize] = Some(b);
+                fresh.load[b as usize] += 1;
+            }
+        }
+        fresh.assignee_version = self.assignee_version + 1;
+        fresh.journal.overflow = true;
+        *self = fresh;
+        (forgotten, dropped)
+    }
+
     /// Hands the journal to the planner and starts a new one.
     pub fn take_journal(&mut self) -> Journal {
         std::mem::take(&mut self.journal)
@@ -376,6 +439,38 @@ mod tests {
         assert_eq!((p.load(b1), p.load(b2)), (0, 1));
         p.set_assignee(a, None);
         assert_eq!(p.load(b2), 0);
+    }
+
+    #[test]
+    fn compaction_forgets_empty_channels_and_gone_bots_only() {
+        let mut p = PlatformIndex::new("onebot");
+        p.bot_online("1", &["a", "b", "c"]);
+        p.bot_online("2", &["b", "d"]);
+        p.bot_online("3", &["e"]);
+        let e = p.find_channel("e").unwrap();
+        p.set_assignee(e, p.find_bot("3"));
+        p.bot_online("1", &["a"]); // left b and c: nobody is in c now
+        p.bot_offline("2");
+        p.bot_offline("3");
+        assert_eq!(p.forgettable_channels(), 1);
+        let version = p.assignee_version();
+        // 2 and 3 are offline; 3 still holds a channel, so only 2 goes, and with it the
+        // channels only 2 was in.
+        let (bots, channels) = p.compact(|id| id != "1");
+        assert_eq!((bots, channels), (vec!["2".to_owned()], 3));
+        let ids: Vec<&str> = (0..p.channel_count() as u32)
+            .map(|c| p.channel_id(c))
+            .collect();
+        assert_eq!(ids, ["a", "e"]);
+        assert_eq!(p.bot_count(), 2);
+        assert!(p.assignee_version() > version);
+        assert!(p.take_journal().overflow);
+        let e = p.find_channel("e").unwrap();
+        assert_eq!(p.assignee(e), p.find_bot("3"));
+        assert_eq!(p.load(p.find_bot("3").unwrap()), 1);
+        let one = p.find_bot("1").unwrap();
+        assert_eq!(p.members(p.find_channel("a").unwrap()), [one]);
+        assert_eq!(p.channels_of(one), [p.find_channel("a").unwrap()]);
     }
 
     #[test]

@@ -22,14 +22,19 @@
 //! The planner never does I/O; everything around it is a thin shell.
 
 pub mod api;
+pub mod backoff;
 pub mod balance;
 pub mod bench;
 pub mod config;
 pub mod coord;
 pub mod engine;
+#[cfg(test)]
+mod fuzz;
 pub mod index;
+pub mod logs;
 pub mod model;
 pub mod presence;
+pub mod secret;
 pub mod service;
 pub mod sim;
 pub mod snapshot;
@@ -38,3 +43,4 @@ pub mod store;
 pub mod triggers;
 pub mod view;
 pub mod watch;
+pub mod yaml;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use auto_assign::balance::{self, Plan, Strategy};
-use auto_assign::index::FleetIndex;
-use auto_assign::{bench, snapshot};
+use auto_assign::bench;
+use auto_assign::snapshot::{self, Snapshot};
 
 #[derive(Parser)]
 #[command(
@@ -101,7 +101,7 @@ fn serve(config: &std::path::Path) -> ExitCode {
 
 fn coord_eval(input: Option<&std::path::Path>) -> ExitCode {
     use std::io::BufRead;
-    let reader: Box<dyn BufRead> = match input {
+    let mut reader: Box<dyn BufRead> = match input {
         Some(path) => match File::open(path) {
             Ok(f) => Box::new(io::BufReader::new(f)),
             Err(e) => {
@@ -112,18 +112,26 @@ fn coord_eval(input: Option<&std::path::Path>) -> ExitCode {
         None => Box::new(io::stdin().lock()),
     };
     let mut out = BufWriter::new(io::stdout().lock());
-    for line in reader.lines() {
-        let line = match line {
-            Ok(l) => l,
+    // Lines as bytes: one line that is not UTF-8 gets an error line; the run goes on.
+    let mut line = Vec::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
             Err(e) => {
                 eprintln!("error: reading input: {e}");
                 return ExitCode::from(2);
             }
-        };
-        if line.trim().is_empty() {
-            continue;
         }
-        if writeln!(out, "{}", auto_assign::coord::eval::eval_line(&line)).is_err() {
+        number += 1;
+        let answer = match std::str::from_utf8(&line) {
+            Ok(text) if text.trim().is_empty() => continue,
+            Ok(text) => auto_assign::coord::eval::eval_line(text.trim_end_matches(['\n', '\r'])),
+            Err(_) => auto_assign::coord::eval::not_utf8_line(number),
+        };
+        if writeln!(out, "{answer}").is_err() {
             return ExitCode::FAILURE;
         }
     }
@@ -171,9 +179,10 @@ fn run_plan(
         }
     }
     let written = match output {
-        Some(path) => File::create(path)
-            .and_then(|f| write_assignment(BufWriter::new(f), &snapshot.index, &plan)),
-        None => write_assignment(BufWriter::new(io::stdout().lock()), &snapshot.index, &plan),
+        Some(path) => {
+            File::create(path).and_then(|f| write_assignment(BufWriter::new(f), &snapshot, &plan))
+        }
+        None => write_assignment(BufWriter::new(io::stdout().lock()), &snapshot, &plan),
     };
     match written {
         Ok(()) => ExitCode::SUCCESS,
@@ -186,26 +195,30 @@ fn run_plan(
 
 /// `{ "platform:channel": "platform:bot", ... }` for every assigned, non-excluded channel, in
 /// snapshot order; the same form as a snapshot's `previous`, so a plan can feed the next one.
-fn write_assignment(mut out: impl Write, index: &FleetIndex, plan: &Plan) -> io::Result<()> {
+fn write_assignment(mut out: impl Write, snapshot: &Snapshot, plan: &Plan) -> io::Result<()> {
+    let platforms = snapshot.index.platforms();
+    // The plan of each platform, by position (disabled platforms have none).
+    let plans: Vec<Option<&balance::PlatformPlan>> =
+        platforms.iter().map(|p| plan.platform(p.name())).collect();
     out.write_all(b"{")?;
     let mut first = true;
-    for p in &plan.platforms {
-        let pidx = index.platform(&p.platform).expect("planned platform");
-        for c in 0..pidx.channel_count() as u32 {
-            let Some(bot) = pidx.assignee(c) else {
-                continue;
-            };
-            if p.is_excluded(c) {
-                continue;
-            }
-            out.write_all(if first { b"\n  " } else { b",\n  " })?;
-            first = false;
-            let key = format!("{}:{}", p.platform, pidx.channel_id(c));
-            let value = format!("{}:{}", p.platform, pidx.bot_id(bot));
-            serde_json::to_writer(&mut out, &key)?;
-            out.write_all(b": ")?;
-            serde_json::to_writer(&mut out, &value)?;
+    for &(position, c) in &snapshot.order {
+        let (pidx, Some(p)) = (&platforms[position], plans[position]) else {
+            continue;
+        };
+        let Some(bot) = pidx.assignee(c) else {
+            continue;
+        };
+        if p.is_excluded(c) {
+            continue;
         }
+        out.write_all(if first { b"\n  " } else { b",\n  " })?;
+        first = false;
+        let key = format!("{}:{}", p.platform, pidx.channel_id(c));
+        let value = format!("{}:{}", p.platform, pidx.bot_id(bot));
+        serde_json::to_writer(&mut out, &key)?;
+        out.write_all(b": ")?;
+        serde_json::to_writer(&mut out, &value)?;
     }
     out.write_all(if first { b"}\n" } else { b"\n}\n" })?;
     out.flush()

@@ -72,6 +72,11 @@ impl Presence {
         change(entry);
     }
 
+    pub fn forget(&self, platform: &str, bot: &str) {
+        let mut bots = self.bots.write().unwrap_or_else(|e| e.into_inner());
+        bots.remove(&(platform.to_owned(), bot.to_owned()));
+    }
+
     pub fn get(&self, platform: &str, bot: &str) -> Option<BotPresence> {
         let bots = self.bots.read().unwrap_or_else(|e| e.into_inner());
         bots.get(&(platform.to_owned(), bot.to_owned())).cloned()
@@ -84,7 +89,7 @@ impl Presence {
     }
 }
 
-mod unix_seconds {
+pub(crate) mod unix_seconds {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     pub fn serialize<S: serde::Serializer>(

@@ -19,7 +19,8 @@ use crate::engine::{Control, Engine, Outputs};
 use crate::presence::Presence;
 use crate::source::file::{self, Fleet};
 use crate::source::onebot;
-use crate::store::Store;
+use crate::store::writer::Writer;
+use crate::store::{SqlStore, Store as _};
 use crate::view::View;
 use crate::watch::FileWatch;
 
@@ -32,6 +33,9 @@ pub enum ServeError {
     /// Anything else (database unreachable, ...): exit code 1.
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
+    /// Stopped with writes the database never took (they are listed in the log): exit code 3.
+    #[error("stopped with {rows} row(s) and {runs} history record(s) not written")]
+    Unwritten { rows: usize, runs: usize },
 }
 
 impl ServeError {
@@ -39,6 +43,7 @@ impl ServeError {
         match self {
             ServeError::BadFile(_) => 2,
             ServeError::Other(_) => 1,
+            ServeError::Unwritten { .. } => 3,
         }
     }
 }
@@ -50,7 +55,11 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         Some(path) => Some((path.clone(), Fleet::load(path)?)),
         None => None,
     };
-    let store = Store::connect(&config.database).await?;
+    let store = SqlStore::connect(&config.database.url).await?;
+    let stored = store
+        .load_assignments()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading stored assignments: {e}"))?;
     info!(
         "{}: config loaded; strategy {}",
         config_path.display(),
@@ -65,15 +74,15 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
     let (presence_changed, _) = tokio::sync::watch::channel(());
     let redis = match &config.redis {
         Some(r) => Some(
-            Redis::connect(&r.url, shutdown.clone())
-                .map_err(|e| anyhow::anyhow!("redis.url: {e}"))?,
+            Redis::connect(r.url.expose(), shutdown.clone())
+                .map_err(|e| anyhow::anyhow!("redis.url {}: {e}", r.url))?,
         ),
         None => None,
     };
     let publisher = match (&redis, &config.redis) {
         (Some(redis), Some(r)) => {
             let keys = Keys {
-                prefix: r.prefix.clone(),
+                prefix: r.prefix.0.clone(),
             };
             Some(Publisher::start(
                 redis.clone(),
@@ -95,7 +104,7 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
     let federate = match &config.federate {
         None => None,
         Some(f) => {
-            let service_redis = config.redis.as_ref().map(|r| r.url.as_str());
+            let service_redis = config.redis.as_ref().map(|r| &r.url);
             let pool = settings::resolve(f, service_redis).map_err(|message| FileError {
                 file: config_path.to_owned(),
                 message,
@@ -107,10 +116,10 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
                 }
                 Some(pool) => {
                     let pool_redis = match &redis {
-                        Some(r) if service_redis == Some(pool.redis_url.as_str()) => r.clone(),
-                        _ => Redis::connect(&pool.redis_url, shutdown.clone()).map_err(|e| {
-                            anyhow::anyhow!("federate Redis {}: {e}", pool.redis_url)
-                        })?,
+                        Some(r) if service_redis == Some(&pool.redis_url) => r.clone(),
+                        _ => Redis::connect(pool.redis_url.expose(), shutdown.clone()).map_err(
+                            |e| anyhow::anyhow!("federate Redis {}: {e}", pool.redis_url),
+                        )?,
                     };
                     let federate =
                         Federate::new(f, pool, pool_redis, view.clone(), presence.clone());
@@ -130,7 +139,9 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         presence: presence.clone(),
         presence_changed,
     };
-    let mut engine = Engine::new(config.clone(), store, outputs).await?;
+    let writer = Writer::start(store, config.database.shutdown_timeout.get());
+    let store_status = writer.status();
+    let mut engine = Engine::new(config.clone(), stored, writer, outputs);
     if let Some(bind) = config.api.bind {
         let listener = tokio::net::TcpListener::bind(bind)
             .await
@@ -141,8 +152,8 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         );
         let claims = Claims::new(
             redis.clone(),
-            &config.claims.key_prefix,
-            config.claims.ttl,
+            &config.claims.key_prefix.0,
+            config.claims.ttl.get(),
             &config.claims.data_dir,
         );
         let api = Api {
@@ -158,24 +169,22 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
             redis: redis.clone(),
             control: control_tx.clone(),
             token: config.api.token.clone(),
+            store: store_status,
         };
-        let app = api::router(api, config.api.max_body_bytes);
-        let stop = shutdown.clone();
-        tasks.spawn(async move {
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-            {
-                error!("API server: {e}");
-            }
-        });
+        let app = api::router(api, config.api.max_body_bytes.get() as usize);
+        tasks.spawn(api::serve(
+            listener,
+            app,
+            config.api.header_timeout.get(),
+            shutdown.clone(),
+        ));
     }
     match config.sources.onebot.clone() {
         None => {
             let _ = control_tx.try_send(Control::Ready);
         }
         Some(settings) => {
-            let (wait, reverse) = (settings.startup_wait, settings.reverse.is_some());
+            let (wait, reverse) = (settings.startup_wait.get(), settings.reverse.is_some());
             let started = onebot::start(
                 settings,
                 fleet_tx.clone(),
@@ -219,12 +228,30 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         control_tx.clone(),
         shutdown.clone(),
     ));
-    engine
+    let unwritten = engine
         .run(fleet_rx, control_tx, control_rx, shutdown.clone())
         .await;
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
-    Ok(())
+    if unwritten.pending.is_empty() {
+        return Ok(());
+    }
+    let pending = &unwritten.pending;
+    error!(
+        "stopping with {} row(s) and {} history record(s) not written ({}): rows {}; history {}",
+        pending.rows(),
+        pending.runs(),
+        unwritten
+            .last_error
+            .as_deref()
+            .unwrap_or("the database did not answer"),
+        pending.describe_rows(50),
+        pending.describe_runs()
+    );
+    Err(ServeError::Unwritten {
+        rows: pending.rows(),
+        runs: pending.runs(),
+    })
 }
 
 /// Validates every edit of the config file; a valid one goes to the engine, an invalid one is
@@ -246,15 +273,8 @@ async fn watch_config(path: PathBuf, control: mpsc::Sender<Control>, shutdown: C
             _ = shutdown.cancelled() => return,
             changed = watch.changed() => changed,
         };
-        let text = match changed.map(|b| String::from_utf8(b).map_err(|e| e.to_string())) {
-            Ok(Ok(text)) => text,
-            Ok(Err(e)) => {
-                error!(
-                    "{}: not UTF-8 ({e}); keeping the previous config",
-                    path.display()
-                );
-                continue;
-            }
+        let bytes = match changed {
+            Ok(bytes) => bytes,
             Err(e) => {
                 error!(
                     "{}: cannot read ({e}); keeping the previous config",
@@ -263,7 +283,7 @@ async fn watch_config(path: PathBuf, control: mpsc::Sender<Control>, shutdown: C
                 continue;
             }
         };
-        match Config::parse(&path, &text) {
+        match Config::parse_bytes(&path, &bytes) {
             Ok(config) => {
                 if control
                     .send(Control::Config(Box::new(config)))

@@ -43,6 +43,11 @@ struct Inner {
     garbage: AtomicBool,
     status_failing: AtomicBool,
     token: Mutex<String>,
+    /// A wrong token is refused NapCat's way (accept, answer retcode 1403, close) rather
+    /// than with HTTP 401.
+    refuse_like_napcat: AtomicBool,
+    /// Close codes received from auto-assign.
+    close_codes: Mutex<Vec<u16>>,
     clients: Mutex<Vec<(mpsc::Sender<Message>, CancellationToken)>>,
     connections: AtomicUsize,
     refused: AtomicUsize,
@@ -65,6 +70,8 @@ impl SimBot {
                 garbage: AtomicBool::new(false),
                 status_failing: AtomicBool::new(false),
                 token: Mutex::new(String::new()),
+                refuse_like_napcat: AtomicBool::new(false),
+                close_codes: Mutex::default(),
                 clients: Mutex::default(),
                 connections: AtomicUsize::new(0),
                 refused: AtomicUsize::new(0),
@@ -81,6 +88,12 @@ impl SimBot {
     /// The token a forward client must present, or that the reverse client sends.
     pub fn set_token(&self, token: &str) {
         *lock(&self.inner.token) = token.to_owned();
+    }
+
+    /// Refuses a wrong token as NapCat and LLOneBot do: the WebSocket is accepted, then
+    /// `{"status":"failed","retcode":1403,"echo":null}` and a close.
+    pub fn refuse_like_napcat(&self) {
+        self.inner.refuse_like_napcat.store(true, Ordering::Relaxed);
     }
 
     /// Serves forward connections on a free loopback port; returns the `ws://` url.
@@ -100,6 +113,7 @@ impl SimBot {
                 let inner = inner.clone();
                 tokio::spawn(async move {
                     let token = lock(&inner.token).clone();
+                    let napcat = inner.refuse_like_napcat.load(Ordering::Relaxed);
                     let refused = Arc::new(AtomicBool::new(false));
                     let flag = refused.clone();
                     #[allow(clippy::result_large_err)] // the signature is tungstenite's
@@ -107,6 +121,9 @@ impl SimBot {
                                       resp: Response|
                           -> Result<Response, ErrorResponse> {
                         if token.is_empty() || presented(req).as_deref() == Some(token.as_str()) {
+                            Ok(resp)
+                        } else if napcat {
+                            flag.store(true, Ordering::Relaxed);
                             Ok(resp)
                         } else {
                             flag.store(true, Ordering::Relaxed);
@@ -116,6 +133,12 @@ impl SimBot {
                         }
                     };
                     match tokio_tungstenite::accept_hdr_async(stream, check).await {
+                        Ok(mut ws) if refused.load(Ordering::Relaxed) => {
+                            inner.refused.fetch_add(1, Ordering::Relaxed);
+                            let refusal = r#"{"status":"failed","retcode":1403,"data":null,"message":"token验证失败","wording":"token验证失败","echo":null}"#;
+                            let _ = ws.send(Message::text(refusal)).await;
+                            let _ = ws.close(None).await;
+                        }
                         Ok(ws) => serve(inner, ws).await,
                         Err(_) if refused.load(Ordering::Relaxed) => {
                             inner.refused.fetch_add(1, Ordering::Relaxed);
@@ -197,6 +220,12 @@ impl SimBot {
         self.inner.status_failing.store(on, Ordering::Relaxed);
     }
 
+    /// Replaces the bot's groups silently (as if it was away while they changed): the next
+    /// `get_group_list` reports them.
+    pub fn set_groups(&self, groups: impl IntoIterator<Item = u64>) {
+        *lock(&self.inner.groups) = groups.into_iter().collect();
+    }
+
     /// The bot joins a group and says so.
     pub fn join(&self, group: u64) {
         lock(&self.inner.groups).insert(group);
@@ -274,6 +303,11 @@ impl SimBot {
     /// Handshakes refused for a wrong token so far.
     pub fn refused(&self) -> usize {
         self.inner.refused.load(Ordering::Relaxed)
+    }
+
+    /// The close codes auto-assign sent (1009: frame too big, 1007: not UTF-8).
+    pub fn close_codes(&self) -> Vec<u16> {
+        lock(&self.inner.close_codes).clone()
     }
 
     /// How many times an action was called.
@@ -406,6 +440,9 @@ where
             msg = stream.next() => msg,
         };
         let Some(Ok(msg)) = msg else { break };
+        if let Message::Close(Some(frame)) = &msg {
+            lock(&inner.close_codes).push(u16::from(frame.code));
+        }
         let Message::Text(text) = msg else { continue };
         let Ok(request) = serde_json::from_str::<Value>(&text) else {
             continue;

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
 use crate::balance::Rules;
-use crate::index::FleetIndex;
+use crate::index::{ChanIx, FleetIndex};
 use crate::model::split_key;
 
 /// A snapshot turned into an index (with the previous assignment applied) and rules.
@@ -22,6 +22,9 @@ pub struct Snapshot {
     pub index: FleetIndex,
     pub rules: Rules,
     pub warnings: Vec<String>,
+    /// Every channel in the snapshot's order: (position of its platform in
+    /// `index.platforms()`, channel). The output follows it.
+    pub order: Vec<(usize, ChanIx)>,
 }
 
 /// What is wrong with a snapshot, and where.
@@ -177,6 +180,7 @@ fn build(raw: Raw) -> Result<Snapshot, SnapshotError> {
     }
 
     let mut seen = HashSet::new();
+    let mut order = Vec::with_capacity(raw.channels.len());
     for (i, channel) in raw.channels.iter().enumerate() {
         let path = format!("channels[{i}]");
         let Some((platform, id)) = split_key(&channel.id) else {
@@ -194,8 +198,10 @@ fn build(raw: Raw) -> Result<Snapshot, SnapshotError> {
                 format!("channel \"{}\" is listed twice", channel.id),
             ));
         }
+        let position = index.position(platform);
         let p = index.platform_mut(platform);
         let c = p.add_channel(id);
+        order.push((position, c));
         for (j, member) in channel.bots.iter().enumerate() {
             let bot_id = match split_key(member) {
                 Some((bp, bid)) if bp == platform => bid,
@@ -267,6 +273,7 @@ fn build(raw: Raw) -> Result<Snapshot, SnapshotError> {
     }
     Ok(Snapshot {
         index,
+        order,
         rules: Rules {
             enabled_platforms: raw.enabled_platforms,
             priority: raw.priority,

@@ -10,9 +10,57 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::config::TriggerDelays;
+use crate::yaml::Seconds;
+
+/// `triggerDelays`: how long after an event of each kind the rebalance runs (the plugin's
+/// table; fractions of a second allowed).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct TriggerDelays {
+    pub startup: Seconds<0>,
+    pub bot_status: Seconds<0>,
+    pub bot_online: Seconds<0>,
+    pub bot_offline: Seconds<0>,
+    pub channel_joined: Seconds<0>,
+    pub channel_left: Seconds<0>,
+}
+
+impl Default for TriggerDelays {
+    fn default() -> Self {
+        Self {
+            startup: Seconds::secs(0),
+            bot_status: Seconds::secs(5),
+            bot_online: Seconds::secs(5),
+            bot_offline: Seconds::secs(5),
+            channel_joined: Seconds::secs(10),
+            channel_left: Seconds::secs(5),
+        }
+    }
+}
+
+/// `balanceCron`: a cron expression, seconds first, as tokio-cron-scheduler reads it; checked
+/// when the config is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronExpr(String);
+
+impl CronExpr {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for CronExpr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::yaml::checked_str(d, |text| {
+            tokio_cron_scheduler::Job::new(text, |_, _| {})
+                .map(|_| CronExpr(text.to_owned()))
+                .map_err(|e| format!("invalid cron expression {text:?}: {e}"))
+        })
+    }
+}
 
 /// Why a rebalance runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -47,12 +95,12 @@ impl Cause {
     /// at once.
     pub fn delay(self, delays: &TriggerDelays) -> Duration {
         match self {
-            Cause::Startup => delays.startup,
-            Cause::BotOnline => delays.bot_online,
-            Cause::BotOffline => delays.bot_offline,
-            Cause::BotStatus => delays.bot_status,
-            Cause::ChannelJoined => delays.channel_joined,
-            Cause::ChannelLeft => delays.channel_left,
+            Cause::Startup => delays.startup.get(),
+            Cause::BotOnline => delays.bot_online.get(),
+            Cause::BotOffline => delays.bot_offline.get(),
+            Cause::BotStatus => delays.bot_status.get(),
+            Cause::ChannelJoined => delays.channel_joined.get(),
+            Cause::ChannelLeft => delays.channel_left.get(),
             Cause::Schedule | Cause::ConfigChanged | Cause::Requested => Duration::ZERO,
         }
     }

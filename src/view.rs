@@ -24,8 +24,26 @@ struct State {
 struct PlatformView {
     assignee: HashMap<Box<str>, Box<str>>,
     loads: HashMap<Box<str>, u32>,
-    /// Every bot ever seen, with whether it is online now.
+    /// Every bot known (not forgotten), with whether it is online now.
     bots: HashMap<Box<str>, bool>,
+    /// Counts from the last plan.
+    counts: PlatformCounts,
+}
+
+/// A platform's numbers after the last plan, for `GET /v1/status`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PlatformCounts {
+    /// Channels the engine keeps in memory (members or an assignee).
+    pub channels_known: usize,
+    /// Bots the engine keeps in memory (online, or offline and not yet forgotten).
+    pub bots_known: usize,
+    pub assigned: usize,
+    /// Channels with no valid bot.
+    pub unassigned: usize,
+    pub excluded: usize,
+    pub mean: f64,
+    pub stddev: f64,
+    pub max_load: u32,
 }
 
 impl View {
@@ -78,6 +96,33 @@ impl View {
         let mut state = self.write();
         let p = state.platforms.entry(platform.to_owned()).or_default();
         p.bots.insert(bot.into(), online);
+    }
+
+    pub fn set_counts(&self, platform: &str, counts: PlatformCounts) {
+        let mut state = self.write();
+        state
+            .platforms
+            .entry(platform.to_owned())
+            .or_default()
+            .counts = counts;
+    }
+
+    pub fn counts(&self, platform: &str) -> PlatformCounts {
+        let state = self.read();
+        state
+            .platforms
+            .get(platform)
+            .map(|p| p.counts.clone())
+            .unwrap_or_default()
+    }
+
+    /// Forgets a bot (gone for long); it must hold no channel.
+    pub fn forget_bot(&self, platform: &str, bot: &str) {
+        let mut state = self.write();
+        if let Some(p) = state.platforms.get_mut(platform) {
+            p.bots.remove(bot);
+            p.loads.remove(bot);
+        }
     }
 
     /// Excluded channel keys, full (`platform:channel`) or short (`channel`).

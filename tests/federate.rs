@@ -52,6 +52,16 @@ impl Deployment {
 fn deployment(name: &str, bot: i64, redis: &str, extra: &str, federate_extra: &str) -> Deployment {
     let dir = TempDir::new(name);
     let groups: Vec<String> = GROUPS.map(|g| g.to_string()).collect();
+    let refresh = if federate_extra.contains("refreshInterval") {
+        ""
+    } else {
+        "  refreshInterval: 0.2\n"
+    };
+    let caps = if federate_extra.contains("commandCapabilities") {
+        ""
+    } else {
+        "  commandCapabilities: [\"牛牛帮助\"]\n"
+    };
     dir.write(
         "fleet.yaml",
         &format!(
@@ -70,10 +80,8 @@ federate:
   id: pool-1
   redisUrl: {redis}
   deploymentName: {name}
-  refreshInterval: 0.2
-  heartbeatTtl: 60
-  commandCapabilities: [\"牛牛帮助\"]
-{federate_extra}
+{refresh}  heartbeatTtl: 60
+{caps}{federate_extra}
 "
     );
     dir.write("config.yaml", &config);
@@ -678,4 +686,126 @@ sources:
             .starts_with("group-admin owner"),
         "{r}"
     );
+}
+
+/// A text only a peer declares as a command (Pallas-Bot's "牛牛画画" on the other machine) is
+/// command traffic even when this deployment's caller saw chat, and is left to the peer that
+/// declares it: one answer per message.
+#[test]
+fn commands_only_a_peer_declares_are_answered_once() {
+    let redis = RedisServer::start();
+    let a = deployment("dep-a", BOT_A, &redis.url(), "", "");
+    let b = deployment(
+        "dep-b",
+        BOT_B,
+        &redis.url(),
+        "",
+        "  commandCapabilities: [\"牛牛帮助\", \"牛牛画画\"]",
+    );
+    eventually("both rosters", WAIT, || {
+        peer(&peers(&a), &b.id).is_some() && peer(&peers(&b), &a.id).is_some()
+    });
+    for g in GROUPS {
+        ask(&a, BOT_A, g, 5, "hello", 1, "chat");
+        ask(&b, BOT_B, g, 5, "hello", 1, "chat");
+    }
+    let all: BTreeSet<i64> = GROUPS.collect();
+    eventually("present groups", WAIT, || {
+        peer(&peers(&a), &b.id).is_some_and(|p| ids(&p["present_group_ids"]) == all)
+    });
+    let groups: Vec<i64> = GROUPS.collect();
+    let results: Vec<(Value, Value)> = std::thread::scope(|s| {
+        let asks: Vec<_> = (0..24i64)
+            .map(|i| {
+                let (a, b, g) = (&a, &b, groups[i as usize % groups.len()]);
+                s.spawn(move || {
+                    let text = format!("牛牛画画 一只猫 {i}");
+                    let time = 1_800_400_000 + i;
+                    // A's bot has no such command: its caller sees chat. B's caller knows it
+                    // (or, for odd messages, also sees chat).
+                    let b_lane = if i % 2 == 0 { "command" } else { "chat" };
+                    let ra = ask(a, BOT_A, g, 200 + i, &text, time, "chat");
+                    let rb = ask(b, BOT_B, g, 200 + i, &text, time, b_lane);
+                    (ra, rb)
+                })
+            })
+            .collect();
+        asks.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for (ra, rb) in &results {
+        assert_eq!(ra["handle"], false, "A: {ra}");
+        assert_eq!(
+            ra["reason"], "a deployment that declares this command takes it",
+            "A: {ra}"
+        );
+        assert_eq!(rb["handle"], true, "B: {rb}");
+    }
+    // Plain chat stays chat: exactly one of them, by the claim.
+    let ra = ask(&a, BOT_A, 700_003, 9, "今天天气不错", 1_800_500_000, "chat");
+    let rb = ask(&b, BOT_B, 700_003, 9, "今天天气不错", 1_800_500_000, "chat");
+    assert!(ra["handle"] != rb["handle"], "{ra} / {rb}");
+}
+
+/// Heartbeat and roster within a second of Redis becoming reachable, at start and after an
+/// outage (Redis restarted empty). `AA_FEDERATE_STARTS` sets the number of starts (5).
+#[test]
+fn heartbeats_within_a_second_of_redis_becoming_reachable() {
+    let starts: usize = std::env::var("AA_FEDERATE_STARTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5);
+    let port = support::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let (mut at_start, mut after_outage) = (Vec::new(), Vec::new());
+    for n in 0..starts {
+        // The default refresh interval (a minute): a late first heartbeat would show.
+        let d = deployment(
+            &format!("dep-{n}"),
+            BOT_A,
+            &url,
+            "",
+            "  refreshInterval: 59",
+        );
+        let key = format!("pallas:fed:pool-1:peer_bots:{}", d.id);
+        // Some time with Redis away, varied, so Redis appears at any point of the retry cycle.
+        std::thread::sleep(Duration::from_millis(100 + 397 * n as u64 % 2500));
+        let mut redis = RedisServer::on_port(port);
+        for delays in [&mut at_start, &mut after_outage] {
+            let reachable = Instant::now();
+            redis.restart();
+            let until = Instant::now() + WAIT;
+            while redis.cli(&["EXISTS", &key]) != "1" {
+                assert!(
+                    Instant::now() < until,
+                    "no heartbeat {key}; keys {}; log:\n{}",
+                    redis.cli(&["KEYS", "*"]),
+                    d.service.log()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let delay = reachable.elapsed();
+            assert!(
+                delay < Duration::from_secs(1),
+                "heartbeat {delay:?} after Redis came"
+            );
+            delays.push(delay);
+            // The outage: Redis gone long enough for a failed heartbeat, then back empty.
+            redis.stop();
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        drop(d);
+    }
+    for (what, delays) in [
+        ("at start", &mut at_start),
+        ("after an outage", &mut after_outage),
+    ] {
+        delays.sort();
+        println!(
+            "Redis reachable → first heartbeat {what}, {} starts: min {:?}, median {:?}, max {:?}",
+            delays.len(),
+            delays[0],
+            delays[delays.len() / 2],
+            delays[delays.len() - 1]
+        );
+    }
 }

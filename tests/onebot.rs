@@ -241,21 +241,22 @@ fn reverse_connections_and_a_duplicate_self_id() {
     committed(&db, 1, &service);
     assert_eq!(loads(&db.channels("onebot")), [4, 4, 4]);
 
-    // The same account dials again (say, a second NapCat process): it replaces the first
-    // connection without the bot ever going offline.
+    // The same account dials again (say, a second NapCat process): it stands by while the
+    // first connection answers, and takes over when that one ends, without the bot ever going
+    // offline.
     let twin = auto_assign::sim::SimBot::new(1002, 100001..=100008);
     twin.set_token("secret");
+    twin.set_heartbeat_interval(Duration::from_millis(200));
     {
         let _guard = sims.rt.enter();
         twin.dial(&url);
     }
-    service.wait_for(
-        "onebot:1002: a new connection replaces the previous one",
-        1,
-        WAIT,
-    );
+    service.wait_for("this connection stands by", 1, WAIT);
+    bots[1].stop();
+    service.wait_for("takes over as the bot's connection", 1, WAIT);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(db.history().len(), 1, "no offline/online flap");
+    assert_eq!(service.count("stands by"), 1, "{}", service.log());
     let mut service = service;
     assert!(service.is_running());
     twin.stop();
@@ -365,10 +366,14 @@ fn oversized_frames_reset_only_that_connection_and_floods_are_harmless() {
     let log = service.log();
     assert!(
         log.lines().any(|l| l.contains("onebot:1003")
-            && l.contains("connection error")
-            && l.contains("too long")),
+            && l.contains("too long")
+            && l.contains("closing the connection")),
         "{log}"
     );
+    // Said with the close code RFC 6455 has for it.
+    eventually("1009 received", WAIT, || {
+        sims.bot(1003).close_codes().contains(&1009)
+    });
     let rows = db.channels("onebot");
     assert!(
         rows.values().all(|b| b == "1001" || b == "1002"),
@@ -392,5 +397,85 @@ fn oversized_frames_reset_only_that_connection_and_floods_are_harmless() {
     );
     let mut service = service;
     assert!(service.is_running());
+    assert!(service.stop().success());
+}
+
+/// NapCat and LLOneBot accept the WebSocket of a wrong token, answer retcode 1403 and close:
+/// that is reported as an authentication failure, once per outage, and its end once.
+#[test]
+fn a_napcat_token_refusal_is_reported_once_per_outage() {
+    let sims = Sims::forward(&[(1001, 100001..=100004)]);
+    let bot = sims.bot(1001);
+    bot.set_token("right");
+    bot.refuse_like_napcat();
+    let (_dir, db, service) = serve(
+        "onebot-1403",
+        &config(&format!("    connections:\n{}", sims.connections("wrong"))),
+    );
+    // Three refused attempts (1 s and 2 s apart, ±25%).
+    eventually("three refusals", WAIT, || bot.refused() >= 3);
+    let line = "authentication failed (retcode 1403): check accessToken";
+    assert_eq!(service.count(line), 1, "{}", service.log());
+    assert_eq!(service.count("connection closed"), 0, "{}", service.log());
+    // The bot's token is changed to the one configured: the outage ends, said once.
+    bot.set_token("wrong");
+    service.wait_for("connected after", 1, WAIT);
+    committed(&db, 2, &service);
+    assert_eq!(service.count(line), 1);
+    assert_eq!(db.channels("onebot").len(), 4);
+    assert!(service.stop().success());
+}
+
+/// Two connections to one bot (two forward URLs, or a forward and a reverse one) take turns:
+/// one is the bot's connection, the other stands by; nothing reconnects in a loop.
+#[test]
+fn two_connections_to_one_bot_take_turns_without_churn() {
+    let sims = Sims::forward(&[(1001, 100001..=100004)]);
+    let bot = sims.bot(1001);
+    let url = &sims.urls[0];
+    let port = free_port();
+    let (_dir, db, service) = serve(
+        "onebot-twice",
+        &config(&format!(
+            "    reverse: {{bind: \"127.0.0.1:{port}\"}}\n    connections:\n      - {{url: \"{url}\"}}\n      - {{url: \"{url}\"}}\n"
+        ))
+        .replace("startupWait: 5", "startupWait: 1"),
+    );
+    committed(&db, 1, &service);
+    service.wait_for("this connection stands by", 1, WAIT);
+    let settled = (bot.connections(), bot.calls("get_login_info"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        (bot.connections(), bot.calls("get_login_info")),
+        settled,
+        "forward + forward: no reconnects"
+    );
+    assert_eq!(settled.0, 2);
+
+    // The same bot also dials the reverse server: a third connection that stands by too.
+    {
+        let _guard = sims.rt.enter();
+        bot.dial(&format!("ws://127.0.0.1:{port}/onebot/v11/ws"));
+    }
+    service.wait_for("this connection stands by", 2, WAIT);
+    let settled = (bot.connections(), bot.calls("get_login_info"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        (bot.connections(), bot.calls("get_login_info")),
+        settled,
+        "forward + reverse: no reconnects"
+    );
+    assert_eq!(service.count("replaces"), 0, "{}", service.log());
+    assert_eq!(db.history().len(), 1, "no offline/online flap");
+
+    // Every connection drops at once: they come back, one takes the bot, the others stand
+    // by, and the bot never went offline (the grace period covers the redial).
+    bot.disconnect();
+    eventually("reconnected", WAIT, || bot.connections() >= settled.0 + 3);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = bot.connections();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(bot.connections(), after, "settled again");
+    assert_eq!(db.history().len(), 1, "no offline/online flap");
     assert!(service.stop().success());
 }

@@ -157,3 +157,68 @@ fn malformed_input_exits_2_naming_the_entry() {
     assert!(stderr(&out).contains("missing.json"), "{}", stderr(&out));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// The output lists channels in snapshot order, whatever their platforms.
+#[test]
+fn output_follows_the_snapshot_order_across_platforms() {
+    let dir = temp_dir("order");
+    let input = dir.join("snapshot.json");
+    std::fs::write(
+        &input,
+        r#"{"bots": ["onebot:1", "discord:9"],
+            "channels": [{"id": "onebot:b", "bots": ["1"]}, {"id": "discord:c", "bots": ["9"]},
+                         {"id": "onebot:a", "bots": ["1"]}, {"id": "discord:a", "bots": ["9"]}]}"#,
+    )
+    .unwrap();
+    let out = plan(&["--input", input.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let keys: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().split('"').nth(1))
+        .collect();
+    assert_eq!(
+        keys,
+        ["onebot:b", "discord:c", "onebot:a", "discord:a"],
+        "{text}"
+    );
+}
+
+/// `coord eval` answers every line: one that is not UTF-8 gets an error line and the run
+/// goes on; error lines keep the fields in their order.
+#[test]
+fn coord_eval_answers_every_line() {
+    use std::io::Write;
+    let mut child = bin()
+        .args(["coord", "eval"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = Vec::new();
+    input.extend_from_slice(b"{\"fn\":\"key\",\"group_id\":1,\"user_id\":2,\"body\":\"x\",\"message_time\":5,\"use_plaintext\":true,\"include_message_time\":false}\n");
+    input.extend_from_slice(b"{\"fn\":\"key\",\"body\":\"\xff\xfe\"}\n");
+    input.extend_from_slice(
+        b"{\"id\":\"v1\",\"fn\":\"key\",\"result\":0,\"z\":1,\"group_id\":\"x\",\"a\":2}\n",
+    );
+    input.extend_from_slice(b"{\"fn\":\"key\",\"group_id\":1,\"user_id\":3,\"body\":\"y\",\"message_time\":5,\"use_plaintext\":true,\"include_message_time\":false}\n");
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[0]["result"].is_u64());
+    assert_eq!(lines[1]["error"], "input line 2 is not UTF-8");
+    let keys: Vec<&String> = lines[2].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["id", "fn", "z", "group_id", "a", "error"],
+        "{:?}",
+        lines[2]
+    );
+    assert!(lines[3]["result"].is_u64());
+}

@@ -5,9 +5,11 @@
 //! first valid bot of the list, any other to the valid bot with the smallest remaining capacity,
 //! ties to the smallest current load; then every member's remaining capacity drops by one.
 //!
-//! Points the README leaves open, resolved as the reference measurements did:
-//! * channel order: the index's order (first seen, like a scan of the plugin's map);
-//! * full ties: the first bot in the channel's member list;
+//! Points the README leaves open, resolved so that the result depends on the fleet alone
+//! (a restart with an unchanged fleet, whatever order the sources report it in, gives the
+//! same assignment):
+//! * channel order: by channel id, shorter ids first (numeric order for decimal ids);
+//! * full ties: the bot with the smallest id, in the same order;
 //! * remaining capacity counts only non-excluded channels and only active members, and is
 //!   decremented for pinned channels too;
 //! * a priority list with no valid bot falls back to the balancing rule;
@@ -16,8 +18,19 @@
 use crate::balance::rules::Resolved;
 use crate::index::{BotIx, ChanIx, PlatformIndex};
 
+/// Ids in the order greedy uses: shorter first, then by bytes.
+fn id_order(id: &str) -> (usize, &[u8]) {
+    (id.len(), id.as_bytes())
+}
+
 pub(crate) fn assign(index: &PlatformIndex, resolved: &Resolved) -> Vec<Option<BotIx>> {
     let channels = index.channel_count() as ChanIx;
+    let mut order: Vec<ChanIx> = (0..channels)
+        .filter(|&c| !resolved.is_excluded(c))
+        .collect();
+    order.sort_unstable_by(|&a, &b| {
+        id_order(index.channel_id(a)).cmp(&id_order(index.channel_id(b)))
+    });
     let active_members = |c: ChanIx| {
         index
             .members(c)
@@ -26,16 +39,22 @@ pub(crate) fn assign(index: &PlatformIndex, resolved: &Resolved) -> Vec<Option<B
             .filter(|&b| index.is_online(b))
     };
     let mut remaining = vec![0u32; index.bot_count()];
-    for c in (0..channels).filter(|&c| !resolved.is_excluded(c)) {
+    for &c in &order {
         for b in active_members(c) {
             remaining[b as usize] += 1;
         }
     }
     let mut load = vec![0u32; index.bot_count()];
     let mut assignment = vec![None; channels as usize];
-    for c in (0..channels).filter(|&c| !resolved.is_excluded(c)) {
+    for &c in &order {
         let pick = resolved.pinned(index, c).or_else(|| {
-            active_members(c).min_by_key(|&b| (remaining[b as usize], load[b as usize]))
+            active_members(c).min_by_key(|&b| {
+                (
+                    remaining[b as usize],
+                    load[b as usize],
+                    id_order(index.bot_id(b)),
+                )
+            })
         });
         if let Some(bot) = pick {
             load[bot as usize] += 1;

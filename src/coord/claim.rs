@@ -24,12 +24,40 @@ use std::time::{Duration, Instant, SystemTime};
 use indexmap::IndexMap;
 
 use super::redis::Redis;
+use crate::yaml::{AtLeast, NonEmpty};
 
 const MEMORY_CAP: usize = 4000;
 const PRUNE_KEEP: usize = 500;
 const PRUNE_INTERVAL: Duration = Duration::from_secs(120);
 const PRUNE_FORCE: usize = 2500;
 const MAX_AGE: Duration = Duration::from_secs(86400);
+
+/// `claims:`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Settings {
+    /// Redis claim keys are `{key_prefix}:{plugin}:{group}:{key}`.
+    pub key_prefix: NonEmpty,
+    pub ttl: AtLeast<60>,
+    /// File claims (no Redis) live under `{data_dir}/{plugin}/message_claims/`.
+    pub data_dir: PathBuf,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            key_prefix: NonEmpty("pallas:msg_claim".to_owned()),
+            ttl: AtLeast(86_400),
+            data_dir: PathBuf::from("data"),
+        }
+    }
+}
+
+impl Settings {
+    pub fn resolve(&mut self, base: &Path) {
+        self.data_dir = base.join(&self.data_dir);
+    }
+}
 
 /// Where a claim was decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

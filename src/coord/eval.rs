@@ -25,7 +25,9 @@ pub fn eval_line(line: &str) -> String {
     };
     match answer(&obj) {
         Ok(result) => {
-            obj.remove("error");
+            // `shift_remove`: the other fields keep their order (a plain `remove` moves the
+            // last field into the gap).
+            obj.shift_remove("error");
             obj.insert("result".to_owned(), result);
             Value::Object(obj).to_string()
         }
@@ -33,8 +35,16 @@ pub fn eval_line(line: &str) -> String {
     }
 }
 
+/// The answer to a line that is not UTF-8: an `error` line, so every input line gets one.
+pub fn not_utf8_line(line_number: usize) -> String {
+    error_line(
+        Map::new(),
+        &format!("input line {line_number} is not UTF-8"),
+    )
+}
+
 fn error_line(mut obj: Map<String, Value>, error: &str) -> String {
-    obj.remove("result");
+    obj.shift_remove("result");
     obj.insert("error".to_owned(), Value::String(error.to_owned()));
     Value::Object(obj).to_string()
 }

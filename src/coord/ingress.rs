@@ -12,9 +12,12 @@
 //!    signature `(group, user, plaintext, time)` wins, Pallas-compatible.
 //!
 //! In a federate pool, messages from other deployments' bots (or @-mentioning only them) are
-//! left to them; a `command` message is first checked against the group's owning deployment;
-//! and the bot this deployment picked must then win the pool-wide federate claim (after the
-//! candidate round when the caller names a candidate capability).
+//! left to them; a text that a peer declares as a command is command traffic whatever lane the
+//! caller saw, and is left to the declaring peers when this deployment does not declare it
+//! (Pallas-Bot's gate); command traffic is checked against the group's owning deployment; and
+//! the bot this deployment picked must then win the pool-wide federate claim (after the
+//! candidate round for command traffic or a named candidate capability). Fan-out messages do
+//! not make a group present, as upstream.
 
 use serde::{Deserialize, Serialize};
 
@@ -117,7 +120,11 @@ impl Ingress {
         let Some(group) = r.group_id else {
             return Ok(decision(true, "private message", None));
         };
-        if let Some(f) = federate {
+        // Fan-out traffic does not make the group present, as upstream: presence decides
+        // command owners, which fan-out never asks for.
+        if r.lane != Lane::Fanout
+            && let Some(f) = federate
+        {
             f.touch(group);
         }
         let mentioned: Vec<i64> =
@@ -125,6 +132,7 @@ impl Ingress {
                 .copied()
                 .filter(|b| view.is_fleet_bot(p, &b.to_string()))
                 .collect();
+        let peer_mentioned = federate.is_some_and(|f| r.at.iter().any(|b| f.is_peer_bot(*b)));
         if !mentioned.is_empty() {
             let me = mentioned.contains(&r.self_id);
             let why = if me {
@@ -134,9 +142,7 @@ impl Ingress {
             };
             return Ok(decision(me, why, None));
         }
-        if let Some(f) = federate
-            && r.at.iter().any(|b| f.is_peer_bot(*b))
-        {
+        if peer_mentioned {
             return Ok(decision(
                 false,
                 "a bot of another deployment is mentioned",
@@ -145,6 +151,21 @@ impl Ingress {
         }
         if r.lane == Lane::Fanout {
             return Ok(decision(true, "fanout lane", None));
+        }
+        let mut command_traffic = r.lane == Lane::Command;
+        if let Some(f) = federate {
+            // Pallas-Bot's gate: a text some peer declares as a command is command traffic
+            // whatever lane the caller saw, and a deployment that does not declare it stays
+            // out when a declaring peer is present in the group.
+            let peer = f.peer_command(group, &r.text);
+            if peer.yield_to_peer {
+                return Ok(decision(
+                    false,
+                    "a deployment that declares this command takes it",
+                    None,
+                ));
+            }
+            command_traffic |= peer.declared;
         }
         if let Some(f) = federate
             && r.group_admin
@@ -158,7 +179,7 @@ impl Ingress {
             return Ok(decision(me, why, None));
         }
         if let Some(f) = federate
-            && r.lane == Lane::Command
+            && command_traffic
         {
             let owner = f.owner(group, &r.text, federate::now());
             if !owner.should_process {
@@ -171,7 +192,7 @@ impl Ingress {
         let local = self.local_decision(r, plugin, group, key).await;
         match federate {
             Some(f) if local.handle && f.has_peer_bots() => {
-                Ok(pool_claim(f, r, group, key, local).await)
+                Ok(pool_claim(f, r, group, key, command_traffic, local).await)
             }
             _ => Ok(local),
         }
@@ -214,12 +235,19 @@ impl Ingress {
 }
 
 /// The pool-wide claim for the bot this deployment picked: one deployment per message.
-async fn pool_claim(f: &Federate, r: &Request, group: i64, key: u64, local: Decision) -> Decision {
-    // Pallas-Bot's gate makes every command-lane message a `command` candidate: the same
+async fn pool_claim(
+    f: &Federate,
+    r: &Request,
+    group: i64,
+    key: u64,
+    command_traffic: bool,
+    local: Decision,
+) -> Decision {
+    // Pallas-Bot's gate makes every command-traffic message a `command` candidate: the same
     // candidate round and the same claim key (`federate_ingress_v2`) as upstream peers.
     let capability = match r.candidate.as_deref().map(str::trim) {
         Some(c) if !c.is_empty() => c,
-        _ if r.lane == Lane::Command => "command",
+        _ if command_traffic => "command",
         _ => "",
     };
     let mut plugin = FEDERATE_PLUGIN;

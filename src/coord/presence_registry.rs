@@ -52,7 +52,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut ours: HashSet<String> = HashSet::new();
+    let mut reachable = redis.reachable();
     loop {
+        reachable.mark_unchanged();
         let written = match redis.conn().await {
             Some(mut conn) => match refresh(&mut conn, &presence, &mut ours).await {
                 Ok(()) => true,
@@ -68,6 +70,8 @@ pub async fn run(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             Ok(()) = changed.changed() => {}
+            // Back after an outage, perhaps empty: write the registry again at once.
+            Ok(()) = reachable.changed() => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }

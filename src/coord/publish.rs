@@ -124,6 +124,7 @@ async fn run(
     let mut failing = false;
     let mut merged: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
     let mut check = tokio::time::interval(Duration::from_secs(2));
+    let mut reachable = redis.reachable();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -131,6 +132,8 @@ async fn run(
                 Some(changes) => merge(&mut merged, changes),
                 None => return,
             },
+            // Back after an outage: Redis may have lost the hashes; publish everything.
+            Ok(()) = reachable.changed() => dirty = true,
             _ = check.tick() => {}
         }
         while let Ok(changes) = rx.try_recv() {

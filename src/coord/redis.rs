@@ -13,23 +13,70 @@ use tokio::sync::RwLock;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::backoff::{Backoff, Jitter};
+use crate::secret::SecretUrl;
+use crate::yaml::NonEmpty;
+
+/// `redis:`: the service's Redis (publication, claims, gates, presence registry).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(deserialize_with = "redis_url")]
+    pub url: SecretUrl,
+    /// Prefix of the assignment publication keys.
+    #[serde(default = "default_prefix")]
+    pub prefix: NonEmpty,
+}
+
+fn default_prefix() -> NonEmpty {
+    NonEmpty("auto-assign".to_owned())
+}
+
+/// `redis://host:port[/db]` (or `unix://`), with any password kept out of messages.
+pub fn redis_url<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SecretUrl, D::Error> {
+    crate::yaml::checked_str(d, |url| {
+        if url.starts_with("redis://") || url.starts_with("unix://") {
+            Ok(SecretUrl::new(url))
+        } else {
+            Err(format!(
+                "expected redis://host:port[/db], got {:?}",
+                crate::secret::redact_url(url)
+            ))
+        }
+    })
+}
+
 #[derive(Clone)]
 pub struct Redis {
     client: redis::Client,
     conn: Arc<RwLock<Option<ConnectionManager>>>,
+    /// Bumped at the first connection and whenever Redis answers again after a failed check:
+    /// whoever keeps state in Redis (heartbeats, the presence registry, the publication)
+    /// writes it again at once, since a restarted Redis may have come back empty.
+    reachable: tokio::sync::watch::Receiver<u64>,
 }
+
+/// Attempts to reach Redis at start-up: frequent, because they are cheap (a refused
+/// connection fails at once) and everything waits for the first one.
+const FIRST_CONNECT_RETRY: Duration = Duration::from_millis(50);
+const MAX_CONNECT_RETRY: Duration = Duration::from_millis(250);
+/// How often a connected Redis is checked (a PING), so an outage and its end are noticed
+/// within this time rather than at the next write of some periodic task.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 impl Redis {
     /// Parses the URL and starts connecting in the background.
     pub fn connect(url: &str, shutdown: CancellationToken) -> redis::RedisResult<Redis> {
         let client = redis::Client::open(url)?;
+        let (reachable_tx, reachable) = tokio::sync::watch::channel(0);
         let redis = Redis {
             client,
             conn: Arc::default(),
+            reachable,
         };
         let background = redis.clone();
         tokio::spawn(async move {
-            let mut delay = Duration::from_millis(200);
+            let mut backoff = Backoff::new(FIRST_CONNECT_RETRY, MAX_CONNECT_RETRY, Jitter::None);
             let mut reported = false;
             loop {
                 let config = ConnectionManagerConfig::new()
@@ -44,7 +91,9 @@ impl Redis {
                 match attempt {
                     Ok(conn) => {
                         info!("redis: connected");
-                        *background.conn.write().await = Some(conn);
+                        *background.conn.write().await = Some(conn.clone());
+                        reachable_tx.send_modify(|n| *n += 1);
+                        watch(conn, reachable_tx, shutdown).await;
                         return;
                     }
                     Err(e) => {
@@ -54,9 +103,8 @@ impl Redis {
                         }
                         tokio::select! {
                             _ = shutdown.cancelled() => return,
-                            _ = tokio::time::sleep(delay) => {}
+                            _ = tokio::time::sleep(backoff.fail()) => {}
                         }
-                        delay = (delay * 2).min(Duration::from_secs(5));
                     }
                 }
             }
@@ -67,6 +115,11 @@ impl Redis {
     /// A connection, if Redis has been reached (it may still fail while Redis is down).
     pub async fn conn(&self) -> Option<ConnectionManager> {
         self.conn.read().await.clone()
+    }
+
+    /// Changes when Redis becomes reachable: at the first connection and after every outage.
+    pub fn reachable(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reachable.clone()
     }
 
     pub fn client(&self) -> &redis::Client {
@@ -95,6 +148,45 @@ impl Redis {
         }
         let holder: Option<String> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
         Ok(Some(holder.unwrap_or_default()))
+    }
+}
+
+/// PINGs a connected Redis every [`CHECK_EVERY`] until `shutdown`; bumps `reachable` when it
+/// answers again after failing. A restart breaks the connection, so it always shows as at
+/// least one failed check, however fast the new server is up.
+async fn watch(
+    mut conn: ConnectionManager,
+    reachable: tokio::sync::watch::Sender<u64>,
+    shutdown: CancellationToken,
+) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(CHECK_EVERY) => {}
+        }
+        let ping = tokio::time::timeout(
+            Duration::from_secs(1),
+            redis::cmd("PING").query_async::<String>(&mut conn),
+        )
+        .await;
+        match ping {
+            Ok(Ok(_)) if failing => {
+                failing = false;
+                info!("redis: reachable again");
+                reachable.send_modify(|n| *n += 1);
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if !failing => {
+                failing = true;
+                warn!("redis: unreachable ({e})");
+            }
+            Err(_) if !failing => {
+                failing = true;
+                warn!("redis: unreachable (no answer to PING within 1 s)");
+            }
+            _ => {}
+        }
     }
 }
 

@@ -11,7 +11,6 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -19,8 +18,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::FleetEvent;
-use crate::config::FileError;
 use crate::watch::FileWatch;
+use crate::yaml::FileError;
 
 /// The fleet as a file describes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,42 +55,48 @@ fn yes() -> bool {
     true
 }
 
-/// An id written as a string or a (non-negative) integer.
+/// An id exactly as written: `1001` and `"1001"` are the same id. Something YAML would read as
+/// a number in another notation (`0x3E9`, `0b1111101001`, `1e3`, `007`, `+5`) is refused
+/// rather than silently turned into a different decimal string: ids are the decimal strings
+/// the platform reports.
 struct Id(String);
 
 impl<'de> Deserialize<'de> for Id {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Id;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an id (string or integer)")
+        crate::yaml::checked_str(d, |v| {
+            if v.is_empty() {
+                return Err("empty id".to_owned());
             }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Id, E> {
-                if v.is_empty() {
-                    return Err(E::custom("empty id"));
-                }
-                Ok(Id(v.to_owned()))
+            if looks_numeric(v) && !is_decimal(v) {
+                return Err(format!(
+                    "{v:?} is not a decimal id: write ids as the platform reports them (e.g. 1001)"
+                ));
             }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Id, E> {
-                Ok(Id(v.to_string()))
-            }
-        }
-        d.deserialize_any(V)
+            Ok(Id(v.to_owned()))
+        })
     }
+}
+
+/// Canonical decimal: `0`, `1001`, `-100123` (no sign, leading zero or separator).
+fn is_decimal(v: &str) -> bool {
+    let digits = v.strip_prefix('-').unwrap_or(v);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+}
+
+/// What YAML might read as a number (the cheap test first, then YAML itself).
+fn looks_numeric(v: &str) -> bool {
+    let first = v.trim_start_matches(['+', '-']).bytes().next();
+    matches!(first, Some(b'0'..=b'9' | b'.'))
+        && serde_norway::from_str::<serde_norway::Value>(v).is_ok_and(|n| n.is_number())
 }
 
 impl Fleet {
     /// Parses fleet file content (YAML; JSON is YAML too).
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Fleet, FileError> {
-        let fail = |message: String| FileError {
-            file: path.to_owned(),
-            message,
-        };
-        let de = serde_norway::Deserializer::from_slice(bytes);
-        let raw: RawFleet = serde_path_to_error::deserialize(de)
-            .map_err(crate::config::describe_yaml_error)
-            .map_err(fail)?;
+        let fail = |message: String| FileError::new(path, message);
+        let raw: RawFleet = crate::yaml::from_slice(path, bytes)?;
         let mut bots = BTreeMap::new();
         for (i, bot) in raw.bots.into_iter().enumerate() {
             if bot.platform.is_empty() {
@@ -110,10 +115,8 @@ impl Fleet {
     }
 
     pub fn load(path: &Path) -> Result<(Fleet, Vec<u8>), FileError> {
-        let bytes = std::fs::read(path).map_err(|e| FileError {
-            file: path.to_owned(),
-            message: format!("cannot read: {e}"),
-        })?;
+        let bytes =
+            std::fs::read(path).map_err(|e| FileError::new(path, format!("cannot read: {e}")))?;
         Ok((Self::parse(path, &bytes)?, bytes))
     }
 
@@ -283,5 +286,20 @@ mod tests {
         assert!(err("bots:\n- {id: 1}\n- {id: 1}\n").contains("listed twice"));
         assert!(err("bots:\n- {name: 1}\n").contains("unknown field `name`"));
         assert!(err("bots: [\n").contains("line"));
+        for bad in ["0x3E9", "0b1111101001", "1e3", "+5", "0o17"] {
+            let e = err(&format!("bots:\n- {{id: 1, channels: [{bad}]}}\n"));
+            assert!(
+                e.contains("is not a decimal id") && e.contains("line 2"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(err("bots:\n- {id: 0x3E9}\n").contains("bots[0].id"));
+        assert!(err("").contains("the file is empty"));
+        let ok = fleet("bots:\n- {id: 1001, channels: [\"100001\", 100002, -1001234, abc]}\n");
+        let events = Fleet::default().diff(&ok);
+        assert!(
+            matches!(&events[0], FleetEvent::BotOnline { bot, channels, .. }
+            if bot == "1001" && channels == &["-1001234", "100001", "100002", "abc"])
+        );
     }
 }

@@ -4,6 +4,32 @@
 pub mod file;
 pub mod onebot;
 
+use std::path::{Path, PathBuf};
+
+/// `sources:`: where the fleet is learnt from.
+#[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// A fleet file (YAML or JSON) that is watched like a live fleet.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// Live OneBot v11 connections.
+    #[serde(default)]
+    pub onebot: Option<onebot::Settings>,
+}
+
+impl Settings {
+    /// Makes the fleet file's path relative to the config file's directory.
+    pub fn resolve(&mut self, base: &Path) {
+        if let Some(file) = &mut self.file {
+            *file = base.join(&*file);
+        }
+        if let Some(onebot) = &mut self.onebot {
+            onebot.resolve();
+        }
+    }
+}
+
 /// Something that happened to a bot of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FleetEvent {

@@ -1,9 +1,84 @@
 //! Outputs of a rebalance. The SQL store is the durable record: Koishi's `channel.assignee`
 //! and the rebalance history.
+//!
+//! * [`sql`]: SQLite / PostgreSQL;
+//! * [`memory`]: the same contract in memory, for tests of everything around it;
+//! * [`writer`]: the task that commits beside the engine, merging and retrying while the
+//!   database is away, so planning never waits for it.
 
+pub mod memory;
 pub mod sql;
+pub mod writer;
 
-pub use sql::Store;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+pub use sql::SqlStore;
+
+use crate::secret::{SecretUrl, redact_url};
+use crate::yaml::Seconds;
+
+/// `database:`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Settings {
+    pub url: DatabaseUrl,
+    /// How long a stop may spend writing what is still pending (database down).
+    pub shutdown_timeout: Seconds<0>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            url: DatabaseUrl::Sqlite(PathBuf::from("data/auto-assign.db")),
+            shutdown_timeout: Seconds::secs(10),
+        }
+    }
+}
+
+impl Settings {
+    /// Makes an SQLite path relative to the config file's directory.
+    pub fn resolve(&mut self, base: &Path) {
+        if let DatabaseUrl::Sqlite(path) = &mut self.url {
+            *path = base.join(&*path);
+        }
+    }
+}
+
+/// Which database, from `database.url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// `sqlite://PATH` (relative to the config file).
+    Sqlite(PathBuf),
+    /// `postgres://user:password@host:port/db`.
+    Postgres(SecretUrl),
+}
+
+impl DatabaseUrl {
+    pub fn parse(url: &str) -> Result<DatabaseUrl, String> {
+        if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.trim_start_matches("//");
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() || path == ":memory:" {
+                return Err(format!("{url:?}: an SQLite URL needs a file path"));
+            }
+            return Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(DatabaseUrl::Postgres(SecretUrl::new(url)));
+        }
+        Err(format!(
+            "expected sqlite://PATH or postgres://user:password@host:port/db (got {:?})",
+            redact_url(url)
+        ))
+    }
+}
+
+impl<'de> Deserialize<'de> for DatabaseUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::yaml::checked_str(d, DatabaseUrl::parse)
+    }
+}
 
 /// One channel row to write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,6 +87,36 @@ pub struct ChannelWrite {
     pub channel: String,
     /// The bot's id (Koishi's `selfId`), or `""` for a channel with no valid bot.
     pub assignee: String,
+}
+
+/// What a store offers the engine.
+pub trait Store: Send + Sync + 'static {
+    /// Every stored non-empty assignee: (platform, channel, bot).
+    fn load_assignments(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send;
+    /// Writes a batch in one transaction: all of it or nothing.
+    fn commit(&self, batch: &Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn close(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StoreError {
+    pub kind: Failure,
+    pub message: String,
+}
+
+/// Whether trying again can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// The database is unreachable or busy: retrying will succeed once it is back.
+    Outage,
+    /// The database refuses the write itself (a column of another type, a missing table):
+    /// retrying cannot help until someone fixes the table.
+    Rejected,
 }
 
 /// The record of one rebalance.
@@ -49,5 +154,86 @@ pub struct Batch {
 impl Batch {
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty() && self.runs.is_empty()
+    }
+}
+
+/// Writes not committed yet: the last assignee of each channel, and every history record, in
+/// order. Merging keeps only the latest value of a row, so an outage costs memory in the
+/// number of channels, not of plans.
+#[derive(Debug, Default)]
+pub struct Pending {
+    writes: std::collections::BTreeMap<(String, String), String>,
+    runs: Vec<RunRecord>,
+}
+
+impl Pending {
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.runs.is_empty()
+    }
+
+    pub fn rows(&self) -> usize {
+        self.writes.len()
+    }
+
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Adds a later batch: its rows replace earlier values of the same rows.
+    pub fn merge(&mut self, batch: Batch) {
+        for w in batch.writes {
+            self.writes.insert((w.platform, w.channel), w.assignee);
+        }
+        self.runs.extend(batch.runs);
+    }
+
+    /// Puts back a batch taken earlier under anything merged since (which is newer).
+    pub fn restore(&mut self, batch: Batch) {
+        let newer = std::mem::take(self);
+        self.merge(batch);
+        self.writes.extend(newer.writes);
+        self.runs.extend(newer.runs);
+    }
+
+    pub fn take(&mut self) -> Batch {
+        let pending = std::mem::take(self);
+        Batch {
+            writes: pending
+                .writes
+                .into_iter()
+                .map(|((platform, channel), assignee)| ChannelWrite {
+                    platform,
+                    channel,
+                    assignee,
+                })
+                .collect(),
+            runs: pending.runs,
+        }
+    }
+
+    /// `onebot:100001 → 1002, onebot:100002 → (none), …`: the first `n` rows, for a report.
+    pub fn describe_rows(&self, n: usize) -> String {
+        let mut shown: Vec<String> = self
+            .writes
+            .iter()
+            .take(n)
+            .map(|((p, c), a)| {
+                let a = if a.is_empty() { "(none)" } else { a.as_str() };
+                format!("{p}:{c} → {a}")
+            })
+            .collect();
+        if self.writes.len() > n {
+            shown.push(format!("… {} more", self.writes.len() - n));
+        }
+        shown.join(", ")
+    }
+
+    /// The history records' start times and causes, for a report.
+    pub fn describe_runs(&self) -> String {
+        self.runs
+            .iter()
+            .map(|r| format!("run at {} ms ({})", r.started_at_ms, r.causes))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }

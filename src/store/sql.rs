@@ -13,14 +13,13 @@ use sqlx::QueryBuilder;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
-use super::{Batch, ChannelWrite};
-use crate::config::Database;
+use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Store, StoreError};
 
 /// Rows per UPSERT statement (5 parameters each, far below both databases' limits).
 const CHUNK: usize = 1000;
 
 #[derive(Clone, Debug)]
-pub enum Store {
+pub enum SqlStore {
     Sqlite(SqlitePool),
     Postgres(PgPool),
 }
@@ -29,8 +28,8 @@ pub enum Store {
 macro_rules! on_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match $store {
-            Store::Sqlite($pool) => $body,
-            Store::Postgres($pool) => $body,
+            SqlStore::Sqlite($pool) => $body,
+            SqlStore::Postgres($pool) => $body,
         }
     };
 }
@@ -38,11 +37,11 @@ macro_rules! on_pool {
 const UPSERT_HEAD: &str = r#"INSERT INTO channel (id, platform, flag, assignee, "guildId", locales, permissions, "createdAt") "#;
 const UPSERT_TAIL: &str = " ON CONFLICT (id, platform) DO UPDATE SET assignee = excluded.assignee";
 
-impl Store {
+impl SqlStore {
     /// Connects (creating an SQLite file and its directory if needed) and migrates.
-    pub async fn connect(db: &Database) -> anyhow::Result<Store> {
+    pub async fn connect(db: &DatabaseUrl) -> anyhow::Result<SqlStore> {
         match db {
-            Database::Sqlite(path) => {
+            DatabaseUrl::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)
                         .with_context(|| format!("creating {}", dir.display()))?;
@@ -63,35 +62,76 @@ impl Store {
                     .run(&pool)
                     .await
                     .context("migrating the SQLite database")?;
-                Ok(Store::Sqlite(pool))
+                Ok(SqlStore::Sqlite(pool))
             }
-            Database::Postgres(url) => {
+            DatabaseUrl::Postgres(url) => {
                 let pool = PgPoolOptions::new()
                     .max_connections(4)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .connect(url)
+                    .acquire_timeout(Duration::from_secs(3))
+                    .connect(url.expose())
                     .await
                     .context("connecting to PostgreSQL")?;
                 sqlx::migrate!("./migrations/postgres")
                     .run(&pool)
                     .await
                     .context("migrating the PostgreSQL database")?;
-                Ok(Store::Postgres(pool))
+                Ok(SqlStore::Postgres(pool))
             }
         }
     }
+}
 
-    /// Every stored non-empty assignee: (platform, channel, bot).
-    pub async fn load_assignments(&self) -> anyhow::Result<Vec<(String, String, String)>> {
+impl Store for SqlStore {
+    async fn load_assignments(&self) -> Result<Vec<(String, String, String)>, StoreError> {
         const SQL: &str = "SELECT platform, id, assignee FROM channel \
                            WHERE assignee IS NOT NULL AND assignee <> ''";
-        let rows = on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await)
-            .context("reading stored assignments")?;
-        Ok(rows)
+        on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await).map_err(store_error)
     }
 
+    async fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
+        self.commit_batch(batch).await.map_err(store_error)
+    }
+
+    async fn close(&self) {
+        on_pool!(self, pool => pool.close().await)
+    }
+}
+
+/// An SQL error as a store error: outage (retry) or rejection (the table is not as expected).
+fn store_error(e: sqlx::Error) -> StoreError {
+    let kind = match &e {
+        // SQLSTATE classes 22 (data exception) and 42 (syntax error or access rule violation:
+        // a missing column, a column of another type) on PostgreSQL; SQLite's "datatype
+        // mismatch", "no such column/table" and constraint errors.
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            let message = db.message();
+            if code.starts_with("22")
+                || code.starts_with("42")
+                || message.contains("datatype mismatch")
+                || message.contains("no such column")
+                || message.contains("no such table")
+                || message.contains("has no column")
+            {
+                Failure::Rejected
+            } else {
+                Failure::Outage
+            }
+        }
+        sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::TypeNotFound { .. } => Failure::Rejected,
+        _ => Failure::Outage,
+    };
+    StoreError {
+        kind,
+        message: e.to_string(),
+    }
+}
+
+impl SqlStore {
     /// Writes a batch in one transaction.
-    pub async fn commit(&self, batch: &Batch) -> Result<(), sqlx::Error> {
+    async fn commit_batch(&self, batch: &Batch) -> Result<(), sqlx::Error> {
         let now_ms = now_ms();
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
@@ -108,7 +148,9 @@ impl Store {
                         .push_bind(now_ms);
                 });
                 q.push(UPSERT_TAIL);
-                q.build().execute(&mut *tx).await?;
+                // Not cached: the statement text varies with the chunk size, and a cache of
+                // thousand-row statements costs megabytes.
+                q.build().persistent(false).execute(&mut *tx).await?;
             }
             for run in &batch.runs {
                 let forced: i64 = run.platforms.iter().map(|p| p.forced).sum();
@@ -152,10 +194,6 @@ impl Store {
             }
             tx.commit().await
         })
-    }
-
-    pub async fn close(&self) {
-        on_pool!(self, pool => pool.close().await)
     }
 }
 

@@ -102,6 +102,11 @@ impl Service {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// The captured log, still readable after [`Service::stop`].
+    pub fn log_handle(&self) -> Arc<Mutex<Vec<String>>> {
+        self.log.clone()
+    }
+
     pub fn count(&self, needle: &str) -> usize {
         self.log
             .lock()
@@ -124,6 +129,10 @@ impl Service {
             "timed out waiting for {n}× {needle:?}; log:\n{}",
             self.log()
         );
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -158,6 +167,17 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Resident memory of a process, in KiB (Linux).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A throwaway PostgreSQL 15 server on a free loopback port (run as the `postgres` user when
@@ -472,6 +492,11 @@ impl RedisServer {
         server
     }
 
+    /// A server for `port`, not started yet ([`RedisServer::restart`] starts it).
+    pub fn on_port(port: u16) -> RedisServer {
+        RedisServer { child: None, port }
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -485,11 +510,14 @@ impl RedisServer {
             .spawn()
             .expect("redis-server (scripts/test.sh installs it)");
         self.child = Some(child);
-        eventually(
-            "redis-server accepting connections",
-            Duration::from_secs(10),
-            || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok(),
-        );
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < until,
+                "redis-server not accepting connections"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     pub fn stop(&mut self) {

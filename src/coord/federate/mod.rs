@@ -16,6 +16,7 @@ pub mod ring;
 pub mod settings;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,9 +28,9 @@ use tracing::{info, warn};
 use self::claim::IngressClaims;
 use self::peers::{LocalRecord, Peer};
 use self::present::PresentGroups;
-use self::ring::{AdminOwner, Local, Owner, PeerView};
+use self::ring::{AdminOwner, Local, Owner, PeerCommand, PeerView};
 use self::settings::Pool;
-use crate::config::FederateConfig;
+use self::settings::Settings as FederateConfig;
 use crate::coord::redis::Redis;
 use crate::presence::Presence;
 use crate::source::onebot::hub::Hub;
@@ -69,6 +70,8 @@ pub struct Federate {
     /// it owned under the previous record (the claim settles it), and never leaves a group
     /// that nobody takes.
     previous_assigned: RwLock<Option<(BTreeSet<i64>, Instant)>>,
+    /// The last heartbeat failed (reported once per outage).
+    heartbeat_failing: AtomicBool,
 }
 
 /// Role lookups (`get_group_member_info`) per heartbeat: the rest are learnt over the next
@@ -78,6 +81,8 @@ const ADMIN_PROBES_PER_HEARTBEAT: usize = 64;
 const ADMIN_PROBING_PER_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Role lookups for one group-admin command (upstream probes its group's bots).
 const ADMIN_PROBES_PER_ASK: usize = 2;
+/// How soon a failed heartbeat or roster read is tried again.
+const RETRY: Duration = Duration::from_millis(200);
 
 pub fn now() -> f64 {
     SystemTime::now()
@@ -124,10 +129,11 @@ impl Federate {
             view,
             presence,
             roster: RwLock::default(),
-            present: PresentGroups::new(config.heartbeat_ttl),
+            present: PresentGroups::new(config.heartbeat_ttl.get()),
             published: RwLock::default(),
             previous_assigned: RwLock::default(),
             group_admins: OnceLock::new(),
+            heartbeat_failing: AtomicBool::new(false),
         })
     }
 
@@ -187,6 +193,12 @@ impl Federate {
         !self.roster().peer_bots.is_empty()
     }
 
+    /// Whether peers declare `plain` as a command, and whether this deployment must yield it.
+    pub fn peer_command(&self, group: i64, plain: &str) -> PeerCommand {
+        self.local
+            .peer_command(&self.roster().views, group, Some(plain))
+    }
+
     /// The group's owning deployment for this text, at wall time `now`.
     pub fn owner(&self, group: i64, plain: &str, now: f64) -> Owner {
         let roster = self.roster();
@@ -202,7 +214,7 @@ impl Federate {
         if owner.should_process {
             return owner;
         }
-        let grace = 2 * self.config.refresh_interval + Duration::from_secs(1);
+        let grace = 2 * self.config.refresh_interval.get() + Duration::from_secs(1);
         let previous = self
             .previous_assigned
             .read()
@@ -229,7 +241,7 @@ impl Federate {
             tokio::spawn(async move {
                 if let Some(mut conn) = federate.redis.conn().await {
                     let present = &federate.present;
-                    let ttl = present.window as u64 + federate.config.heartbeat_ttl;
+                    let ttl = present.window as u64 + federate.config.heartbeat_ttl.get();
                     let key = federate.present_key();
                     if let Err(e) = present.write_remote(&mut conn, &key, group, now, ttl).await {
                         tracing::debug!("federate: present group {group}: {e}");
@@ -246,13 +258,24 @@ impl Federate {
         mut presence_changed: watch::Receiver<()>,
         shutdown: CancellationToken,
     ) {
+        let mut reachable = self.redis.reachable();
         loop {
-            self.heartbeat().await;
-            self.refresh().await;
+            reachable.mark_unchanged();
+            let published = self.heartbeat().await;
+            let read = self.refresh().await;
+            // Until both worked (Redis not reached yet, or away), try again soon; and at once
+            // when Redis is back (maybe empty): peers must see this deployment, and it them,
+            // within a second of Redis being reachable, or both answer the same messages.
+            let wait = if published && read {
+                self.config.refresh_interval.get()
+            } else {
+                RETRY
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 Ok(()) = presence_changed.changed() => {}
-                _ = tokio::time::sleep(self.config.refresh_interval) => {}
+                Ok(()) = reachable.changed() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
         // Leaving cleanly: peers take the groups over at their next refresh, not after the TTL.
@@ -329,17 +352,17 @@ impl Federate {
         record
     }
 
-    /// `SET {P}:peer_bots:{deployment} <json> EX ttl`.
-    async fn heartbeat(&self) {
+    /// `SET {P}:peer_bots:{deployment} <json> EX ttl`; whether it was written.
+    async fn heartbeat(&self) -> bool {
         let record = self.local_record().await;
         let Some(mut conn) = self.redis.conn().await else {
-            return;
+            return false;
         };
         let written = redis::cmd("SET")
             .arg(self.peer_key(&self.pool.deployment))
             .arg(record.payload())
             .arg("EX")
-            .arg(self.config.heartbeat_ttl)
+            .arg(self.config.heartbeat_ttl.get())
             .query_async::<()>(&mut conn)
             .await;
         match written {
@@ -353,15 +376,25 @@ impl Federate {
                         .unwrap_or_else(|e| e.into_inner()) = Some((before, Instant::now()));
                 }
                 *published = Arc::new(record);
+                if self.heartbeat_failing.swap(false, Ordering::Relaxed) {
+                    info!("federate: heartbeat published again");
+                }
+                true
             }
-            Err(e) => warn!("federate: heartbeat not published: {e}"),
+            Err(e) => {
+                if !self.heartbeat_failing.swap(true, Ordering::Relaxed) {
+                    warn!("federate: heartbeat not published: {e}; retrying every {RETRY:?}");
+                }
+                false
+            }
         }
     }
 
     /// Reads every peer record. A record that does not parse is reported and skipped (upstream
     /// would keep its whole previous roster instead); when Redis stays unreadable longer than
-    /// the heartbeat TTL, the peers are forgotten as their keys would have expired.
-    async fn refresh(&self) {
+    /// the heartbeat TTL, the peers are forgotten as their keys would have expired. Returns
+    /// whether the pool was read.
+    async fn refresh(&self) -> bool {
         match self.read_roster().await {
             Ok(mut roster) => {
                 let previous = self.roster();
@@ -373,12 +406,13 @@ impl Federate {
                 self.warn_incompatible(&roster, &previous);
                 roster.refreshed_at = Some(Instant::now());
                 *self.roster.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(roster);
+                true
             }
             Err(e) => {
                 let previous = self.roster();
                 let expired = previous
                     .refreshed_at
-                    .is_none_or(|t| t.elapsed().as_secs() > self.config.heartbeat_ttl);
+                    .is_none_or(|t| t.elapsed().as_secs() > self.config.heartbeat_ttl.get());
                 if previous.last_error.as_deref() != Some(e.as_str()) {
                     warn!("federate: cannot read the pool: {e}");
                 }
@@ -403,6 +437,7 @@ impl Federate {
                     last_error: Some(e),
                 };
                 *self.roster.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
+                false
             }
         }
     }

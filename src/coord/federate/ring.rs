@@ -187,6 +187,17 @@ pub struct Owner {
     pub assignee_ring: Option<Vec<String>>,
 }
 
+/// A text's standing among the peers' declared command capabilities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerCommand {
+    /// Some peer declares a command covering the text: it is command traffic, whatever lane
+    /// the caller saw (the caller may not have that command at all).
+    pub declared: bool,
+    /// This deployment does not declare it and a peer that does is present in the group:
+    /// this deployment stays out of the message entirely.
+    pub yield_to_peer: bool,
+}
+
 /// The group-admin owner: a deployment and its bot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdminOwner {
@@ -371,21 +382,10 @@ impl Local {
         };
         let text = py_strip(plain.unwrap_or(""));
         let has_peers = !peers.is_empty();
-        let peer_declared = has_peers
-            && peers.values().any(|p| {
-                p.capabilities
-                    .as_deref()
-                    .is_some_and(|c| covers(Some(c), text))
-            });
-        let should_yield = has_peers
-            && !text.is_empty()
-            && !covers(Some(&self.caps), text)
-            && peers.iter().any(|(_, p)| {
-                p.capabilities
-                    .as_deref()
-                    .is_some_and(|c| covers(Some(c), text))
-                    && p.present_groups.as_ref().is_none_or(|g| g.contains(&group))
-            });
+        let PeerCommand {
+            declared: peer_declared,
+            yield_to_peer: should_yield,
+        } = self.peer_command(peers, group, plain);
         Owner {
             should_process: !has_peers || self.mine.is_empty() || owner == self.mine,
             owner,
@@ -398,6 +398,36 @@ impl Local {
             should_yield,
             peer_declared,
             assignee_ring: None,
+        }
+    }
+
+    /// How a text stands to the peers' declared commands (upstream's
+    /// `federate_peer_declared_command_plaintext` and
+    /// `should_yield_federate_ingress_for_peer_command`).
+    pub fn peer_command(
+        &self,
+        peers: &BTreeMap<String, PeerView>,
+        group: i64,
+        plain: Option<&str>,
+    ) -> PeerCommand {
+        let text = py_strip(plain.unwrap_or(""));
+        if peers.is_empty() || text.is_empty() {
+            return PeerCommand::default();
+        }
+        let declares = |p: &PeerView| {
+            p.capabilities
+                .as_deref()
+                .is_some_and(|c| covers(Some(c), text))
+        };
+        let declared = peers.values().any(declares);
+        let yield_to_peer = declared
+            && !covers(Some(&self.caps), text)
+            && peers.values().any(|p| {
+                declares(p) && p.present_groups.as_ref().is_none_or(|g| g.contains(&group))
+            });
+        PeerCommand {
+            declared,
+            yield_to_peer,
         }
     }
 

@@ -2,13 +2,150 @@
 //! as Pallas-Bot resolves them (`federate/config.py`, `federate/redis_settings.py`), so both
 //! kinds of deployment meet under the same prefix.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::{FederateConfig, Tristate};
 use crate::coord::gate::safe_key_part;
+use crate::coord::redis::redis_url;
 use crate::coord::signature::is_py_whitespace;
+use crate::secret::SecretUrl;
+use crate::yaml::{AtLeast, Seconds};
+
+/// `federate:`, mirroring Pallas-Bot's `PALLAS_FEDERATE_*` settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Settings {
+    /// Pool id (`PALLAS_FEDERATE_ID`); may also come from the bootstrap file.
+    pub id: String,
+    /// Coordination Redis (default: the bootstrap file's, else `redis.url`).
+    #[serde(deserialize_with = "optional_redis_url")]
+    pub redis_url: Option<SecretUrl>,
+    /// Explicit key prefix (`PALLAS_FEDERATE_REDIS_PREFIX`).
+    pub redis_prefix: String,
+    /// A Pallas-Bot `community_stats.json` whose bootstrap coord prefix wins, as upstream.
+    pub bootstrap_file: Option<PathBuf>,
+    /// `on`, `off` or `auto` (on when a pool id resolves).
+    pub ingress: Tristate,
+    /// `false` disables federation unless `ingress` is explicitly `on`.
+    pub control_plane: bool,
+    /// Owner rotation period; `<= 0`: pure group-id modulo.
+    pub owner_rotate_sec: i64,
+    pub prefer_local_owner: bool,
+    /// The assignee's deployment owns its group when every deployment of the ring is
+    /// assignment-aware (auto-assign); otherwise answers are pure upstream.
+    pub respect_assignment: bool,
+    pub deployment_name: String,
+    pub command_capabilities: Vec<String>,
+    #[serde(deserialize_with = "permission_levels")]
+    pub command_permission_levels: BTreeMap<String, String>,
+    /// Command plaintext → command id, in order (first wins among equally long prefixes).
+    pub command_ids: indexmap::IndexMap<String, String>,
+    pub public_bot_ids: Vec<i64>,
+    /// Heartbeat key TTL in seconds.
+    pub heartbeat_ttl: AtLeast<60>,
+    /// Seconds between heartbeats and roster refreshes.
+    pub refresh_interval: Seconds<100>,
+    /// Federate claim TTL; default: the bootstrap file's, else 86,400 s.
+    pub claim_ttl: Option<AtLeast<60>>,
+    /// The platform whose bots this deployment serves (numeric ids).
+    pub platform: String,
+    /// Where the deployment id is persisted (`{dataDir}/federate/deployment_id`).
+    pub data_dir: PathBuf,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            id: String::new(),
+            redis_url: None,
+            redis_prefix: String::new(),
+            bootstrap_file: None,
+            ingress: Tristate::Auto,
+            control_plane: true,
+            owner_rotate_sec: 7200,
+            prefer_local_owner: false,
+            respect_assignment: true,
+            deployment_name: String::new(),
+            command_capabilities: Vec::new(),
+            command_permission_levels: BTreeMap::new(),
+            command_ids: indexmap::IndexMap::new(),
+            public_bot_ids: Vec::new(),
+            heartbeat_ttl: AtLeast(180),
+            refresh_interval: Seconds::secs(60),
+            claim_ttl: None,
+            platform: "onebot".to_owned(),
+            data_dir: PathBuf::from("data"),
+        }
+    }
+}
+
+impl Settings {
+    /// Paths relative to the config file, trimmed names; cross-key checks.
+    pub fn resolve(&mut self, base: &Path) -> Result<(), String> {
+        self.id = self.id.trim().to_owned();
+        self.deployment_name = self.deployment_name.trim().to_owned();
+        self.owner_rotate_sec = self.owner_rotate_sec.max(0);
+        self.bootstrap_file = self.bootstrap_file.as_ref().map(|p| base.join(p));
+        self.data_dir = base.join(&self.data_dir);
+        if self.refresh_interval.as_secs_f64() >= self.heartbeat_ttl.get() as f64 {
+            return Err(format!(
+                "federate.refreshInterval: must be shorter than heartbeatTtl ({} s), or peers lose this deployment between heartbeats (got {})",
+                self.heartbeat_ttl.get(),
+                self.refresh_interval.as_secs_f64()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tristate {
+    On,
+    Off,
+    Auto,
+}
+
+const PERMISSION_LEVELS: [&str; 5] = [
+    "everyone",
+    "staff",
+    "group_moderator",
+    "bot_moderator",
+    "superuser",
+];
+
+fn optional_redis_url<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<SecretUrl>, D::Error> {
+    #[derive(Deserialize)]
+    struct Url(#[serde(deserialize_with = "redis_url")] SecretUrl);
+    Ok(Option::<Url>::deserialize(d)?.map(|u| u.0))
+}
+
+fn permission_levels<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Level(String);
+    impl<'de> Deserialize<'de> for Level {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            crate::yaml::checked_str(d, |level| {
+                if PERMISSION_LEVELS.contains(&level.trim().to_lowercase().as_str()) {
+                    Ok(Level(level.to_owned()))
+                } else {
+                    Err(format!(
+                        "expected one of {} (got {level:?})",
+                        PERMISSION_LEVELS.join(", ")
+                    ))
+                }
+            })
+        }
+    }
+    let raw = BTreeMap::<crate::yaml::NonEmpty, Level>::deserialize(d)?;
+    Ok(raw.into_iter().map(|(k, v)| (k.0, v.0)).collect())
+}
 
 /// The resolved pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,7 +153,7 @@ pub struct Pool {
     pub id: String,
     /// `{P}`: every federate key starts with it.
     pub prefix: String,
-    pub redis_url: String,
+    pub redis_url: SecretUrl,
     pub claim_ttl: u64,
     /// This deployment, lower case.
     pub deployment: String,
@@ -112,7 +249,7 @@ pub fn load_or_create_deployment_id(data_dir: &Path) -> std::io::Result<String> 
 /// Resolves the pool; `Ok(None)` when federation is off, `Err` names what is missing.
 /// `service_redis` is the service's own `redis.url`, the last fallback for the coordination
 /// Redis.
-pub fn resolve(cfg: &FederateConfig, service_redis: Option<&str>) -> Result<Option<Pool>, String> {
+pub fn resolve(cfg: &Settings, service_redis: Option<&SecretUrl>) -> Result<Option<Pool>, String> {
     let bootstrap = match &cfg.bootstrap_file {
         Some(path) => read_bootstrap(path).map_err(|e| format!("federate.bootstrapFile: {e}"))?,
         None => Bootstrap::default(),
@@ -135,8 +272,10 @@ pub fn resolve(cfg: &FederateConfig, service_redis: Option<&str>) -> Result<Opti
     let redis_url = cfg
         .redis_url
         .clone()
-        .or_else(|| (!bootstrap.redis_url.is_empty()).then(|| bootstrap.redis_url.clone()))
-        .or_else(|| service_redis.map(str::to_owned))
+        .or_else(|| {
+            (!bootstrap.redis_url.is_empty()).then(|| SecretUrl::new(bootstrap.redis_url.clone()))
+        })
+        .or_else(|| service_redis.cloned())
         .ok_or_else(|| {
             "federate: no coordination Redis (set federate.redisUrl, redis.url or the bootstrap \
              file's coord.redis_url)"
@@ -154,6 +293,7 @@ pub fn resolve(cfg: &FederateConfig, service_redis: Option<&str>) -> Result<Opti
         redis_url,
         claim_ttl: cfg
             .claim_ttl
+            .map(AtLeast::get)
             .or(bootstrap.claim_ttl)
             .unwrap_or(86_400)
             .max(60),

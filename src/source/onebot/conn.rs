@@ -8,20 +8,23 @@
 //! costs bounded memory and never blocks the answers the session is waiting for.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::{WebSocketStream, tungstenite};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::debug;
 
 use super::protocol::{self, Event, Frame, Response};
+use crate::logs::{Limiter, cut};
 
 /// Events waiting for the session; beyond this they are dropped (and reconciled later).
 const EVENT_QUEUE: usize = 256;
@@ -42,17 +45,30 @@ pub enum CallError {
 pub struct Conn {
     /// Who is at the other end, for log lines: `onebot:1001 (ws://...)`.
     label: Arc<Mutex<String>>,
+    /// What repeated warnings are counted against: the bot once known, else the remote
+    /// address or URL (not the connection: a bot that reconnects keeps its allowance).
+    subject: Arc<Mutex<String>>,
+    log: Arc<Limiter>,
     out: mpsc::Sender<Message>,
     pending: Arc<Mutex<HashMap<String, oneshot::Sender<Response>>>>,
     next_echo: Arc<AtomicU64>,
     closed: CancellationToken,
     /// Some event was dropped because the queue was full.
     pub lost_events: Arc<AtomicBool>,
+    /// The implementation refused us with an answer to no request (NapCat and LLOneBot send
+    /// `{"status":"failed","retcode":1403,"echo":null}` for a wrong token, then close): its
+    /// retcode, or 0.
+    rejected: Arc<AtomicI64>,
 }
 
 impl Conn {
     /// Starts the reader and writer tasks of a handshaken socket.
-    pub fn start<S>(ws: WebSocketStream<S>, label: String) -> (Conn, mpsc::Receiver<Event>)
+    pub fn start<S>(
+        ws: WebSocketStream<S>,
+        label: String,
+        subject: String,
+        log: Arc<Limiter>,
+    ) -> (Conn, mpsc::Receiver<Event>)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -61,17 +77,21 @@ impl Conn {
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let conn = Conn {
             label: Arc::new(Mutex::new(label)),
+            subject: Arc::new(Mutex::new(subject)),
+            log,
             out,
             pending: Arc::default(),
             next_echo: Arc::new(AtomicU64::new(1)),
             closed: CancellationToken::new(),
             lost_events: Arc::default(),
+            rejected: Arc::default(),
         };
         let closed = conn.closed.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = closed.cancelled() => break,
+                    // A close frame queued by the reader goes out before the writer stops.
+                    biased;
                     msg = out_rx.recv() => match msg {
                         Some(msg) => {
                             let closing = matches!(msg, Message::Close(_));
@@ -81,6 +101,7 @@ impl Conn {
                         }
                         None => break,
                     },
+                    _ = closed.cancelled() => break,
                 }
             }
             let _ = sink.close().await;
@@ -88,7 +109,6 @@ impl Conn {
         });
         let reader = conn.clone();
         tokio::spawn(async move {
-            let mut noise = LogLimit::default();
             loop {
                 let next = tokio::select! {
                     _ = reader.closed.cancelled() => break,
@@ -97,28 +117,54 @@ impl Conn {
                 match next {
                     None => break,
                     Some(Err(e)) => {
-                        warn!(
-                            "{}: connection error: {e}; resetting the connection",
-                            reader.label()
-                        );
+                        // Say why before closing, as RFC 6455 asks: 1009 for a frame over
+                        // maxFrameBytes, 1007 for text that is not UTF-8.
+                        let close = match &e {
+                            tungstenite::Error::Capacity(_) => {
+                                Some((CloseCode::Size, "message too big"))
+                            }
+                            tungstenite::Error::Utf8(_) => {
+                                Some((CloseCode::Invalid, "invalid UTF-8"))
+                            }
+                            _ => None,
+                        };
+                        match close {
+                            Some((code, reason)) => {
+                                let _ = reader.out.try_send(Message::Close(Some(CloseFrame {
+                                    code,
+                                    reason: reason.into(),
+                                })));
+                                reader.warn("closed for a bad frame", || {
+                                    format!("{e}; closing the connection")
+                                });
+                            }
+                            // A dropped connection: whoever waits on it reports it.
+                            None => debug!("{}: connection error: {e}", reader.label()),
+                        }
                         break;
                     }
                     Some(Ok(Message::Text(text))) => match protocol::parse(&text) {
-                        Ok(Frame::Response(r)) => reader.route(r),
+                        Ok(Frame::Response(r)) => {
+                            if r.echo.is_null() && matches!(r.retcode, 1401 | 1403) {
+                                reader.rejected.store(r.retcode, Ordering::Relaxed);
+                            }
+                            reader.route(r)
+                        }
                         Ok(Frame::Event(Event::Other)) => {}
                         Ok(Frame::Event(e)) => {
                             if events_tx.try_send(e).is_err() {
                                 reader.lost_events.store(true, Ordering::Relaxed);
-                                noise.warn(
-                                    &reader.label(),
-                                    "event queue full, event dropped (will reconcile)",
-                                );
+                                reader.warn("event queue full", || {
+                                    "event queue full, event dropped (will reconcile)".to_owned()
+                                });
                             }
                         }
-                        Err(e) => noise.warn(&reader.label(), &format!("ignored frame: {e}")),
+                        Err(e) => {
+                            reader.warn("ignored frame", || format!("ignored frame: {}", cut(&e.0)))
+                        }
                     },
                     Some(Ok(Message::Binary(_))) => {
-                        noise.warn(&reader.label(), "ignored binary frame")
+                        reader.warn("binary frame", || "ignored binary frame".to_owned())
                     }
                     Some(Ok(Message::Close(_))) => break,
                     Some(Ok(_)) => {}
@@ -135,12 +181,38 @@ impl Conn {
         (conn, events)
     }
 
+    /// The retcode of an unsolicited refusal (1401/1403: wrong token), if one came.
+    pub fn rejected(&self) -> Option<i64> {
+        Some(self.rejected.load(Ordering::Relaxed)).filter(|&c| c != 0)
+    }
+
+    /// Whether `other` is this very connection.
+    pub fn same(&self, other: &Conn) -> bool {
+        Arc::ptr_eq(&self.pending, &other.pending)
+    }
+
     pub fn label(&self) -> String {
         self.label.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn set_label(&self, label: String) {
         *self.label.lock().unwrap_or_else(|e| e.into_inner()) = label;
+    }
+
+    /// Repeated warnings about this connection are counted against `subject` from now on.
+    pub fn set_subject(&self, subject: String) {
+        *self.subject.lock().unwrap_or_else(|e| e.into_inner()) = subject;
+    }
+
+    /// A warning of `class` about this connection, limited per subject (bot or address).
+    pub fn warn(&self, class: &'static str, line: impl FnOnce() -> String) {
+        let subject = self
+            .subject
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.log
+            .warn(class, &subject, || format!("{}: {}", self.label(), line()));
     }
 
     /// Calls an action and waits for its answer's `data`.
@@ -200,37 +272,6 @@ impl Conn {
         });
         if let Some(waiter) = waiter {
             let _ = waiter.send(r);
-        }
-    }
-}
-
-/// Logs at most a few lines per minute per connection, then says how many were suppressed.
-#[derive(Default)]
-struct LogLimit {
-    window: Option<Instant>,
-    shown: u32,
-    suppressed: u64,
-}
-
-impl LogLimit {
-    fn warn(&mut self, label: &str, what: &str) {
-        let now = Instant::now();
-        if self
-            .window
-            .is_none_or(|w| now.duration_since(w) > Duration::from_secs(60))
-        {
-            if self.suppressed > 0 {
-                warn!("{label}: {} similar line(s) suppressed", self.suppressed);
-            }
-            self.window = Some(now);
-            self.shown = 0;
-            self.suppressed = 0;
-        }
-        if self.shown < 5 {
-            self.shown += 1;
-            warn!("{label}: {what}");
-        } else {
-            self.suppressed += 1;
         }
     }
 }

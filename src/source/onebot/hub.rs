@@ -10,12 +10,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::conn::Conn;
 use super::settings::Settings;
+use crate::logs::Limiter;
 use crate::presence::Presence;
 use crate::source::FleetEvent;
 
@@ -28,6 +29,10 @@ pub struct Hub {
     pub presence: Presence,
     events: mpsc::Sender<FleetEvent>,
     bots: Mutex<HashMap<String, BotState>>,
+    /// Repeated warnings about bots and addresses, limited.
+    pub log: Arc<Limiter>,
+    /// Joins, leaves and admin changes since the last summary line.
+    routine: Mutex<Routine>,
     /// At most `health.concurrency` status probes at once.
     pub probe_slots: Semaphore,
     /// Reconciliation refreshes one or two bots at a time, never all at once.
@@ -40,6 +45,8 @@ struct BotState {
     session: Option<CancellationToken>,
     /// The current connection, for actions asked from outside the session.
     conn: Option<Conn>,
+    /// Woken when the current connection ends, so one standing by takes over at once.
+    vacancy: Arc<Notify>,
     reported_online: bool,
     groups: BTreeSet<String>,
     /// Group → whether this bot is an admin there, as last observed.
@@ -56,12 +63,14 @@ impl Hub {
         presence: Presence,
         events: mpsc::Sender<FleetEvent>,
     ) -> Arc<Hub> {
-        let concurrency = settings.health_concurrency.max(1);
+        let concurrency = settings.health.concurrency.get() as usize;
         Arc::new(Hub {
             settings,
             presence,
             events,
             bots: Mutex::default(),
+            log: Arc::default(),
+            routine: Mutex::default(),
             probe_slots: Semaphore::new(concurrency),
             refresh_slots: Semaphore::new(2),
         })
@@ -72,18 +81,42 @@ impl Hub {
         f(bots.entry(bot.to_owned()).or_default())
     }
 
-    /// A new connection for `bot` becomes the current one; an older one is told to close.
-    pub fn attach(&self, bot: &str, session: CancellationToken, conn: Conn) -> u64 {
-        let (generation, old) = self.with(bot, |s| {
+    /// What wakes a connection standing by for `bot` (take it before trying to attach, so a
+    /// vacancy in between is not missed).
+    pub fn vacancy(&self, bot: &str) -> Arc<Notify> {
+        self.with(bot, |s| s.vacancy.clone())
+    }
+
+    /// Makes `conn` the bot's current connection, unless another live one is current: then it
+    /// must stand by (several connections to one bot — two forward URLs, or a forward and a
+    /// reverse one — take turns instead of replacing each other in a loop).
+    pub fn attach(&self, bot: &str, session: CancellationToken, conn: Conn) -> Attach {
+        self.with(bot, |s| {
+            if let (Some(current), Some(_)) = (&s.conn, &s.session)
+                && !current.is_closed()
+            {
+                return Attach::Busy(current.clone());
+            }
             s.generation += 1;
             s.conn = Some(conn);
-            (s.generation, s.session.replace(session))
+            s.session = Some(session);
+            Attach::Current(s.generation)
+        })
+    }
+
+    /// Ends the bot's current connection if it is still `stale` (it stopped answering).
+    pub fn evict(&self, bot: &str, stale: &Conn) {
+        let session = self.with(bot, |s| {
+            if s.conn.as_ref().is_some_and(|c| c.same(stale)) {
+                s.session.clone()
+            } else {
+                None
+            }
         });
-        if let Some(old) = old {
-            info!("{PLATFORM}:{bot}: a new connection replaces the previous one");
-            old.cancel();
+        if let Some(session) = session {
+            session.cancel();
         }
-        generation
+        stale.close();
     }
 
     /// The connection of `generation` is gone; unless another takes over within the grace
@@ -93,6 +126,7 @@ impl Hub {
             if s.generation == generation {
                 s.session = None;
                 s.conn = None;
+                s.vacancy.notify_waiters();
                 true
             } else {
                 false
@@ -105,14 +139,22 @@ impl Hub {
         let hub = self.clone();
         let bot = bot.to_owned();
         tokio::spawn(async move {
-            tokio::time::sleep(hub.settings.offline_grace).await;
+            tokio::time::sleep(hub.settings.offline_grace.get()).await;
             let still_gone = hub.with(&bot, |s| s.generation == generation && s.session.is_none());
             if still_gone {
                 let reason = format!(
                     "connection lost for more than {:?}",
-                    hub.settings.offline_grace
+                    hub.settings.offline_grace.get()
                 );
                 hub.offline(&bot, &reason, false).await;
+                // Nothing left to remember but a quarantine: the state of a bot that may
+                // never come back (or never existed: reverse clients name themselves) goes.
+                let mut bots = hub.bots.lock().unwrap_or_else(|e| e.into_inner());
+                if bots.get(&bot).is_some_and(|s| {
+                    s.generation == generation && s.session.is_none() && !s.quarantined
+                }) {
+                    bots.remove(&bot);
+                }
             }
         });
     }
@@ -122,9 +164,59 @@ impl Hub {
         self.with(bot, |s| s.generation == generation)
     }
 
+    /// Counts a routine event (a join, a leave, an admin change) for the minute's summary.
+    pub fn routine(&self, kind: RoutineEvent) {
+        let mut r = self.routine.lock().unwrap_or_else(|e| e.into_inner());
+        match kind {
+            RoutineEvent::Joined => r.joins += 1,
+            RoutineEvent::Left => r.leaves += 1,
+            RoutineEvent::AdminChanged => r.admin_changes += 1,
+        }
+    }
+
+    /// Summarises routine events and reports suppressed warnings, every minute and at the
+    /// stop: one line instead of one per event.
+    pub async fn run_log(self: Arc<Self>, shutdown: CancellationToken) {
+        let flusher = {
+            let log = self.log.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { log.run(shutdown).await })
+        };
+        loop {
+            let stop = tokio::select! {
+                _ = shutdown.cancelled() => true,
+                _ = tokio::time::sleep(Duration::from_secs(60)) => false,
+            };
+            let r = std::mem::take(&mut *self.routine.lock().unwrap_or_else(|e| e.into_inner()));
+            if r.joins + r.leaves + r.admin_changes > 0 {
+                info!(
+                    "{PLATFORM}: {} group join(s), {} leave(s), {} admin change(s) of the bots themselves since the last summary",
+                    r.joins, r.leaves, r.admin_changes
+                );
+            }
+            if stop {
+                break;
+            }
+        }
+        let _ = flusher.await;
+    }
+
     /// The bot is online with this group list: online if it was not, else joins and leaves.
     pub async fn online(&self, bot: &str, groups: Vec<String>, status: bool) {
-        let fresh: BTreeSet<String> = groups.into_iter().collect();
+        let reported = groups.len();
+        let mut fresh: BTreeSet<String> = groups.into_iter().collect();
+        let cap = self.settings.max_groups_per_bot.get() as usize;
+        if fresh.len() > cap {
+            // Keep a stable part (the smallest ids), so a capped bot does not flap.
+            fresh = fresh.into_iter().take(cap).collect();
+            self.log
+                .warn("too many groups", &format!("{PLATFORM}:{bot}"), || {
+                    format!(
+                        "{PLATFORM}:{bot} reported {reported} groups; only {cap} are used \
+                     (sources.onebot.maxGroupsPerBot)"
+                    )
+                });
+        }
         let count = fresh.len();
         let events = self.with(bot, |s| {
             let was_online = s.reported_online;
@@ -159,7 +251,13 @@ impl Hub {
     }
 
     pub async fn offline(&self, bot: &str, reason: &str, status: bool) {
-        let was = self.with(bot, |s| std::mem::replace(&mut s.reported_online, false));
+        let was = self.with(bot, |s| {
+            // Its groups are asked again when it is back: nothing to keep meanwhile.
+            s.groups.clear();
+            s.admin_of.clear();
+            s.admin_failed.clear();
+            std::mem::replace(&mut s.reported_online, false)
+        });
         self.presence.update(PLATFORM, bot, |p| p.online = false);
         if was {
             self.send(vec![FleetEvent::BotOffline {
@@ -174,8 +272,18 @@ impl Hub {
 
     /// The bot joined (`joined`) or left a group, by its own notice.
     pub async fn membership(&self, bot: &str, group: &str, joined: bool) {
+        let cap = self.settings.max_groups_per_bot.get() as usize;
         let event = self.with(bot, |s| {
             let changed = if joined {
+                if s.groups.len() >= cap && !s.groups.contains(group) {
+                    self.log.warn("too many groups", &format!("{PLATFORM}:{bot}"), || {
+                        format!(
+                            "{PLATFORM}:{bot} joined group {group} beyond {cap} groups; ignored \
+                             (sources.onebot.maxGroupsPerBot)"
+                        )
+                    });
+                    return None;
+                }
                 s.groups.insert(group.to_owned())
             } else {
                 s.admin_of.remove(group);
@@ -239,7 +347,7 @@ impl Hub {
                 (None, Some(conn)) if *probes > 0 => {
                     *probes -= 1;
                     let params = serde_json::json!({"group_id": group.parse::<i64>().ok()?, "user_id": bot.parse::<i64>().ok()?});
-                    let timeout = self.settings.action_timeout.min(ADMIN_PROBE_TIMEOUT);
+                    let timeout = self.settings.action_timeout.get().min(ADMIN_PROBE_TIMEOUT);
                     let asked = conn.call("get_group_member_info", params, timeout).await;
                     let role = asked.ok().and_then(|a| {
                         match a.get("role")?.as_str()?.trim().to_lowercase().as_str() {
@@ -275,7 +383,7 @@ impl Hub {
     /// quarantine; the `failure_threshold`-th failure in a row quarantines. Returns whether the
     /// bot is quarantined now.
     pub fn probe_result(&self, bot: &str, healthy: bool) -> bool {
-        let threshold = self.settings.failure_threshold.max(1);
+        let threshold = self.settings.health.failure_threshold.get() as u32;
         let (quarantined, lifted) = self.with(bot, |s| {
             if healthy {
                 s.failures = 0;
@@ -307,6 +415,29 @@ impl Hub {
             }
         }
     }
+}
+
+/// Routine events, summarised once a minute.
+#[derive(Default)]
+struct Routine {
+    joins: u64,
+    leaves: u64,
+    admin_changes: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum RoutineEvent {
+    Joined,
+    Left,
+    AdminChanged,
+}
+
+/// The outcome of [`Hub::attach`].
+pub enum Attach {
+    /// This connection is now the bot's current one, with this generation.
+    Current(u64),
+    /// Another live connection is current: this one stands by.
+    Busy(Conn),
 }
 
 /// Counts down the connections whose first attempt has not finished; `done` is cancelled at 0.
@@ -355,10 +486,4 @@ impl Ticket {
             self.countdown.tick();
         }
     }
-}
-
-/// How long a wait of `d` with ±25% jitter lasts.
-pub fn jittered(d: Duration) -> Duration {
-    use rand::RngExt;
-    d.mul_f64(rand::rng().random_range(0.75..1.25))
 }

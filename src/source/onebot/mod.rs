@@ -54,6 +54,7 @@ pub async fn start(
         None => None,
     };
     let hub = hub::Hub::new(settings.clone(), presence, events);
+    tasks.spawn(hub.clone().run_log(shutdown.clone()));
     if let (Some(listener), Some(reverse)) = (listener, settings.reverse.clone()) {
         tracing::info!(
             "reverse OneBot server listening on ws://{}{}",

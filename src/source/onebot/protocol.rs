@@ -7,6 +7,8 @@
 
 use serde_json::{Value, json};
 
+use crate::logs::cut;
+
 /// An action request: `{"action", "params", "echo"}`.
 pub fn request(action: &str, params: Value, echo: &str) -> String {
     json!({ "action": action, "params": params, "echo": echo }).to_string()
@@ -157,24 +159,39 @@ fn parse_event(v: &Value) -> Result<Event, FrameError> {
     }
 }
 
-/// An id field as a decimal string (int64 or numeric string).
+/// A positive id field as a decimal string (int64 or numeric string): QQ numbers and group
+/// numbers are never zero or negative.
 pub fn id(v: &Value, key: &str) -> Result<String, FrameError> {
-    match v.get(key) {
-        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Ok(n.to_string()),
-        Some(Value::String(s)) if s.parse::<i64>().is_ok() => {
-            Ok(s.parse::<i64>().unwrap_or(0).to_string())
+    let n = match v.get(key) {
+        Some(Value::Number(n)) => n.as_i64(),
+        Some(Value::String(s)) => s.parse::<i64>().ok(),
+        Some(_) => None,
+        None => return Err(FrameError(format!("`{key}` is missing"))),
+    };
+    match n {
+        Some(n) if n > 0 => Ok(n.to_string()),
+        _ => {
+            let shown = v.get(key).map(Value::to_string).unwrap_or_default();
+            Err(FrameError(format!("`{key}` is not an id: {}", cut(&shown))))
         }
-        Some(other) => Err(FrameError(format!("`{key}` is not an id: {other}"))),
-        None => Err(FrameError(format!("`{key}` is missing"))),
     }
 }
 
-/// The group ids of a `get_group_list` answer.
-pub fn group_ids(data: &Value) -> Result<Vec<String>, FrameError> {
+/// The group ids of a `get_group_list` answer, and how many entries were not groups (no
+/// positive `group_id`): those are left out, not fatal.
+pub fn group_ids(data: &Value) -> Result<(Vec<String>, usize), FrameError> {
     let list = data
         .as_array()
         .ok_or_else(|| FrameError("get_group_list: data is not a list".to_owned()))?;
-    list.iter().map(|g| id(g, "group_id")).collect()
+    let mut groups = Vec::with_capacity(list.len());
+    let mut bad = 0;
+    for g in list {
+        match id(g, "group_id") {
+            Ok(id) => groups.push(id),
+            Err(_) => bad += 1,
+        }
+    }
+    Ok((groups, bad))
 }
 
 /// Pallas's health rule for a `get_status` answer: not logged out and not reported bad.
@@ -255,8 +272,14 @@ mod tests {
 
     #[test]
     fn group_lists_and_status() {
-        let data = json!([{"group_id": 100001, "group_name": "a"}, {"group_id": "100002"}]);
-        assert_eq!(group_ids(&data).unwrap(), ["100001", "100002"]);
+        let data = json!([{"group_id": 100001, "group_name": "a"}, {"group_id": "100002"},
+            {"group_id": 0}, {"group_id": -9223372036854775808i64}, {"group_id": "-5"}, {"x": 1}]);
+        let (groups, bad) = group_ids(&data).unwrap();
+        assert_eq!(groups, ["100001", "100002"]);
+        assert_eq!(bad, 4);
+        let huge = json!({"group_id": "9".repeat(300_000)});
+        let e = id(&huge, "group_id").unwrap_err().to_string();
+        assert!(e.len() < 300 && e.ends_with("bytes)"), "{e}");
         assert!(group_ids(&json!({"group_id": 1})).is_err());
         assert!(status_healthy(&json!({"online": true, "good": true})));
         assert!(status_healthy(&json!({"online": null, "good": true})));

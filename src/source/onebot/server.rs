@@ -12,7 +12,9 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, warn};
+
+use crate::logs::cut;
 
 use super::conn::Conn;
 use super::hub::Hub;
@@ -67,6 +69,7 @@ async fn accept(
     let check = {
         let claimed = claimed.clone();
         let settings = settings.clone();
+        let log = hub.log.clone();
         move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
             match check(request, &settings) {
                 Ok(self_id) => {
@@ -75,9 +78,13 @@ async fn accept(
                 }
                 Err((status, why)) => {
                     let self_id = header(request, "x-self-id").unwrap_or("?");
-                    warn!(
-                        "reverse OneBot connection from {peer} (X-Self-ID {self_id}) refused: {why}"
-                    );
+                    // Refusals need no token to cause: limited per remote address.
+                    log.warn("refused handshake", &peer.ip().to_string(), || {
+                        format!(
+                            "reverse OneBot connection from {peer} (X-Self-ID {}) refused: {why}",
+                            cut(self_id)
+                        )
+                    });
                     let mut refusal = ErrorResponse::new(Some(why));
                     *refusal.status_mut() = status;
                     Err(refusal)
@@ -85,11 +92,12 @@ async fn accept(
             }
         }
     };
+    let max = hub.settings.max_frame_bytes.get() as usize;
     let config = WebSocketConfig::default()
-        .max_message_size(Some(hub.settings.max_frame_bytes))
-        .max_frame_size(Some(hub.settings.max_frame_bytes));
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max));
     let ws = match tokio::time::timeout(
-        hub.settings.action_timeout,
+        hub.settings.action_timeout.get(),
         tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)),
     )
     .await
@@ -97,12 +105,18 @@ async fn accept(
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
             if claimed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
-                warn!("reverse OneBot connection from {peer}: handshake failed: {e}");
+                hub.log
+                    .warn("failed handshake", &peer.ip().to_string(), || {
+                        format!("reverse OneBot connection from {peer}: handshake failed: {e}")
+                    });
             }
             return;
         }
         Err(_) => {
-            warn!("reverse OneBot connection from {peer}: handshake timed out");
+            hub.log
+                .warn("failed handshake", &peer.ip().to_string(), || {
+                    format!("reverse OneBot connection from {peer}: handshake timed out")
+                });
             return;
         }
     };
@@ -111,12 +125,18 @@ async fn accept(
         "onebot:{} (reverse from {peer})",
         self_id.as_deref().unwrap_or("?")
     );
-    info!("{label}: accepted");
-    let (conn, events) = Conn::start(ws, label);
+    debug!("{label}: accepted");
+    let (conn, events) = Conn::start(ws, label, peer.ip().to_string(), hub.log.clone());
     let mode = ConnectionMode::Reverse {
         peer: peer.to_string(),
     };
-    if let Some(e) = session::run(hub, conn.clone(), events, mode, self_id, None, shutdown)
+    let start = session::Start {
+        mode,
+        claimed: self_id,
+        first: None,
+        after_outage: None,
+    };
+    if let Some(e) = session::run(hub, conn.clone(), events, start, shutdown)
         .await
         .error
     {
@@ -134,13 +154,25 @@ fn check(request: &Request, settings: &Reverse) -> Result<String, (StatusCode, S
     if path.trim_end_matches('/') != settings.path.trim_end_matches('/') {
         return Err((StatusCode::NOT_FOUND, format!("unknown path {path}")));
     }
-    let self_id = header(request, "x-self-id")
-        .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or((
-            StatusCode::BAD_REQUEST,
-            "missing or non-numeric X-Self-ID".to_owned(),
-        ))?
-        .to_owned();
+    let self_id = match header(request, "x-self-id") {
+        None | Some("") => {
+            return Err((StatusCode::BAD_REQUEST, "missing X-Self-ID".to_owned()));
+        }
+        Some(id) if !id.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "X-Self-ID is not a number".to_owned(),
+            ));
+        }
+        // `get_login_info` would answer 1001 for 0001: the two would never match.
+        Some(id) if id.starts_with('0') => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "X-Self-ID has leading zeros: send the QQ number as the bot reports it".to_owned(),
+            ));
+        }
+        Some(id) => id.to_owned(),
+    };
     if let Some(role) = header(request, "x-client-role")
         && !role.eq_ignore_ascii_case("universal")
     {
@@ -151,7 +183,7 @@ fn check(request: &Request, settings: &Reverse) -> Result<String, (StatusCode, S
             ),
         ));
     }
-    if !settings.access_token.is_empty() {
+    if !settings.token().is_empty() {
         let given = header(request, "authorization")
             .and_then(|a| {
                 a.strip_prefix("Bearer ")
@@ -166,7 +198,7 @@ fn check(request: &Request, settings: &Reverse) -> Result<String, (StatusCode, S
             });
         match given {
             None => return Err((StatusCode::UNAUTHORIZED, "missing access token".to_owned())),
-            Some(t) if !bool::from(t.as_bytes().ct_eq(settings.access_token.as_bytes())) => {
+            Some(t) if !bool::from(t.as_bytes().ct_eq(settings.token().as_bytes())) => {
                 return Err((StatusCode::UNAUTHORIZED, "wrong access token".to_owned()));
             }
             Some(_) => {}

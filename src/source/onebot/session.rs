@@ -9,12 +9,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::conn::Conn;
-use super::hub::{Hub, PLATFORM, Ticket};
+use super::hub::{Attach, Hub, PLATFORM, RoutineEvent, Ticket};
 use super::protocol::{self, Event};
 use super::settings::HEARTBEAT_MISSES;
+use crate::logs::cut;
 use crate::presence::ConnectionMode;
 
 /// How a session ended.
@@ -25,65 +26,83 @@ pub struct Ended {
     pub error: Option<String>,
 }
 
-/// Runs a session on an open connection. `claimed` is the id the implementation announced
-/// (reverse mode's `X-Self-ID`), checked against `get_login_info`.
+/// What a session is started with besides its connection.
+pub struct Start {
+    pub mode: ConnectionMode,
+    /// The id the implementation announced (reverse mode's `X-Self-ID`), checked against
+    /// `get_login_info`.
+    pub claimed: Option<String>,
+    /// Punched once the first attempt is over (forward connections at start-up).
+    pub first: Option<Arc<Ticket>>,
+    /// How the failures before this connection ended, for the "connected" line
+    /// (`after 3 failed attempt(s) in 4.2 s`).
+    pub after_outage: Option<String>,
+}
+
+/// Runs a session on an open connection.
 pub async fn run(
     hub: Arc<Hub>,
     conn: Conn,
     events: mpsc::Receiver<Event>,
-    mode: ConnectionMode,
-    claimed: Option<String>,
-    first: Option<Arc<Ticket>>,
+    start: Start,
     shutdown: CancellationToken,
 ) -> Ended {
     let mut established = false;
-    let result = run_inner(
-        hub,
-        conn,
-        events,
-        mode,
-        claimed,
-        first,
-        shutdown,
-        &mut established,
-    )
-    .await;
+    let result = run_inner(hub, conn, events, start, shutdown, &mut established).await;
     Ended {
         established,
         error: result.err(),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn run_inner(
     hub: Arc<Hub>,
     conn: Conn,
     mut events: mpsc::Receiver<Event>,
-    mode: ConnectionMode,
-    claimed: Option<String>,
-    first: Option<Arc<Ticket>>,
+    start: Start,
     shutdown: CancellationToken,
     established: &mut bool,
 ) -> Result<(), String> {
-    let timeout = hub.settings.action_timeout;
-    let login = conn
-        .call("get_login_info", json!({}), timeout)
-        .await
-        .map_err(|e| format!("get_login_info {e}"))?;
+    let Start {
+        mode,
+        claimed,
+        first,
+        after_outage,
+    } = start;
+    let timeout = hub.settings.action_timeout.get();
+    let login = match conn.call("get_login_info", json!({}), timeout).await {
+        Ok(login) => login,
+        Err(e) => {
+            return Err(match conn.rejected() {
+                Some(retcode) => {
+                    format!("authentication failed (retcode {retcode}): check accessToken")
+                }
+                None => format!("get_login_info {e}"),
+            });
+        }
+    };
     let bot = protocol::id(&login, "user_id").map_err(|e| format!("get_login_info: {e}"))?;
     if let Some(claimed) = claimed.filter(|c| *c != bot) {
         return Err(format!("X-Self-ID {claimed} but get_login_info says {bot}"));
     }
-    let nickname = login
-        .get("nickname")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .trim()
-        .to_owned();
+    let nickname = crate::logs::truncate(
+        login
+            .get("nickname")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .trim(),
+        MAX_NICKNAME_CHARS,
+    )
+    .to_owned();
     conn.set_label(format!("{PLATFORM}:{bot} ({})", describe(&mode)));
+    conn.set_subject(format!("{PLATFORM}:{bot}"));
 
     let session = shutdown.child_token();
-    let generation = hub.attach(&bot, session.clone(), conn.clone());
+    let Some(generation) =
+        take_turn(&hub, &bot, &session, &conn, &mut events, &first, &shutdown).await?
+    else {
+        return Ok(());
+    };
     hub.presence.update(PLATFORM, &bot, |p| {
         p.connected = true;
         p.mode = Some(mode.clone());
@@ -96,11 +115,90 @@ async fn run_inner(
         bot: bot.clone(),
         logged_out: false,
     };
-    let result = s.follow(&mut events, &session, first, established).await;
+    let result = s
+        .follow(&mut events, &session, first, after_outage, established)
+        .await;
     conn.close();
     hub.detach(&bot, generation);
     result
 }
+
+/// Attaches the connection as the bot's current one, or stands by while another live one is
+/// current and takes over when it ends. `Ok(None)`: stopped while standing by.
+async fn take_turn(
+    hub: &Hub,
+    bot: &str,
+    session: &CancellationToken,
+    conn: &Conn,
+    events: &mut mpsc::Receiver<Event>,
+    first: &Option<Arc<Ticket>>,
+    shutdown: &CancellationToken,
+) -> Result<Option<u64>, String> {
+    let mut standing_by = false;
+    loop {
+        let vacancy = hub.vacancy(bot);
+        let vacated = vacancy.notified();
+        tokio::pin!(vacated);
+        vacated.as_mut().enable();
+        let current = match hub.attach(bot, session.clone(), conn.clone()) {
+            Attach::Current(generation) => {
+                if standing_by {
+                    info!("{}: takes over as the bot's connection", conn.label());
+                }
+                return Ok(Some(generation));
+            }
+            Attach::Busy(current) => current,
+        };
+        // A current connection that no longer answers (half-open) gives way at once.
+        let check = hub.settings.action_timeout.get().min(STANDBY_CHECK);
+        if current
+            .call("get_status", json!({}), check)
+            .await
+            .is_err_and(|e| {
+                matches!(
+                    e,
+                    super::conn::CallError::Timeout(_) | super::conn::CallError::Closed
+                )
+            })
+        {
+            warn!(
+                "{}: the bot's current connection ({}) does not answer; replacing it",
+                conn.label(),
+                current.label()
+            );
+            hub.evict(bot, &current);
+            continue;
+        }
+        if !standing_by {
+            standing_by = true;
+            info!(
+                "{}: the bot is already connected ({}); this connection stands by",
+                conn.label(),
+                current.label()
+            );
+            if let Some(first) = first {
+                first.punch();
+            }
+        }
+        loop {
+            tokio::select! {
+                _ = &mut vacated => break,
+                _ = conn.closed() => return Err("connection closed while standing by".to_owned()),
+                _ = shutdown.cancelled() => return Ok(None),
+                // Nothing of a standby connection is acted on; its events are drained.
+                event = events.recv() => if event.is_none() {
+                    return Err("connection closed while standing by".to_owned());
+                },
+            }
+        }
+    }
+}
+
+/// Nicknames are cut to this many characters before they are stored and served.
+pub const MAX_NICKNAME_CHARS: usize = 64;
+
+/// How long the current connection of a bot may take to answer when another one arrives.
+const STANDBY_CHECK: Duration = Duration::from_secs(5);
 
 struct Session {
     hub: Arc<Hub>,
@@ -117,6 +215,7 @@ impl Session {
         events: &mut mpsc::Receiver<Event>,
         session: &CancellationToken,
         first: Option<Arc<Ticket>>,
+        after_outage: Option<String>,
         established: &mut bool,
     ) -> Result<(), String> {
         let settings = self.hub.settings.clone();
@@ -128,14 +227,17 @@ impl Session {
         }
         self.refresh(false).await?;
         *established = true;
-        info!("{}: connected", self.conn.label());
+        match after_outage {
+            Some(after) => info!("{}: connected {after}", self.conn.label()),
+            None => info!("{}: connected", self.conn.label()),
+        }
         if let Some(first) = first {
             first.punch();
         }
 
         let mut heartbeat_due: Option<Instant> = None;
-        let mut next_refresh = Instant::now() + hub_spread(settings.group_list_refresh);
-        let mut next_probe = Instant::now() + hub_spread(settings.probe_interval);
+        let mut next_refresh = Instant::now() + hub_spread(settings.group_list_refresh.get());
+        let mut next_probe = Instant::now() + hub_spread(settings.health.probe_interval.get());
         loop {
             tokio::select! {
                 _ = session.cancelled() => return Ok(()),
@@ -154,7 +256,7 @@ impl Session {
                     self.hub.offline(&self.bot, &reason, true).await;
                 }
                 _ = sleep_until(next_refresh) => {
-                    next_refresh = Instant::now() + settings.group_list_refresh;
+                    next_refresh = Instant::now() + settings.group_list_refresh.get();
                     if !self.logged_out {
                         let hub = self.hub.clone();
                         let _slot = hub.refresh_slots.acquire().await;
@@ -162,7 +264,7 @@ impl Session {
                     }
                 }
                 _ = sleep_until(next_probe) => {
-                    next_probe = Instant::now() + settings.probe_interval;
+                    next_probe = Instant::now() + settings.health.probe_interval.get();
                     if !self.probe().await && self.hub.is_quarantined(&self.bot) {
                         self.hub.offline(&self.bot, "quarantined: status probes failing", true).await;
                         return Err("quarantined; connection reset".to_owned());
@@ -209,21 +311,31 @@ impl Session {
                     Duration::from_millis(interval_ms.unwrap_or(30_000).clamp(100, 3_600_000));
                 return Ok(Some(Instant::now() + interval * HEARTBEAT_MISSES));
             }
+            // Routine and possibly frequent: one line per event at debug, a summary at info.
             Event::Joined { group } => {
-                info!("{}: joined group {group}", self.conn.label());
+                debug!("{}: joined group {group}", self.conn.label());
+                self.hub.routine(RoutineEvent::Joined);
                 self.hub.membership(&self.bot, &group, true).await;
             }
             Event::Left { group, sub_type } => {
-                info!("{}: left group {group} ({sub_type})", self.conn.label());
+                debug!(
+                    "{}: left group {group} ({})",
+                    self.conn.label(),
+                    cut(&sub_type)
+                );
+                self.hub.routine(RoutineEvent::Left);
                 self.hub.membership(&self.bot, &group, false).await;
             }
             Event::AdminChanged { group, admin } => {
-                info!("{}: admin of group {group}: {admin}", self.conn.label());
+                debug!("{}: admin of group {group}: {admin}", self.conn.label());
+                self.hub.routine(RoutineEvent::AdminChanged);
                 self.hub.set_admin(&self.bot, &group, Some(admin));
             }
             Event::BotOffline { message } => {
                 self.logged_out = true;
-                warn!("{}: bot_offline notice: {message}", self.conn.label());
+                self.conn.warn("bot_offline notice", || {
+                    format!("bot_offline notice: {}", cut(&message))
+                });
                 self.hub
                     .offline(&self.bot, "bot_offline notice", true)
                     .await;
@@ -235,13 +347,18 @@ impl Session {
 
     /// Fetches the group list and reports the bot online with it.
     async fn refresh(&mut self, status: bool) -> Result<(), String> {
-        let timeout = self.hub.settings.action_timeout;
+        let timeout = self.hub.settings.action_timeout.get();
         let data = self
             .conn
             .call("get_group_list", json!({}), timeout)
             .await
             .map_err(|e| format!("get_group_list {e}"))?;
-        let groups = protocol::group_ids(&data).map_err(|e| e.to_string())?;
+        let (groups, bad) = protocol::group_ids(&data).map_err(|e| e.to_string())?;
+        if bad > 0 {
+            self.conn.warn("not a group", || {
+                format!("get_group_list: {bad} entr(ies) without a positive group_id left out")
+            });
+        }
         self.hub.online(&self.bot, groups, status).await;
         Ok(())
     }
@@ -261,7 +378,7 @@ impl Session {
     async fn probe(&mut self) -> bool {
         let hub = self.hub.clone();
         let _slot = hub.probe_slots.acquire().await;
-        let timeout = self.hub.settings.probe_timeout;
+        let timeout = self.hub.settings.health.probe_timeout.get();
         let healthy = match self.conn.call("get_status", json!({}), timeout).await {
             Ok(data) => protocol::status_healthy(&data),
             Err(e) => {

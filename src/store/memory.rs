@@ -1,0 +1,77 @@
+//! The store contract in memory: what tests use to drive the writer's retry-and-merge path
+//! (it can be told to fail like a database that is down, or one that rejects the rows).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use super::{Batch, Failure, RunRecord, Store, StoreError};
+
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// (platform, channel) → assignee.
+    rows: BTreeMap<(String, String), String>,
+    runs: Vec<RunRecord>,
+    failing: Option<Failure>,
+    commits: usize,
+}
+
+impl MemoryStore {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every commit from now on fails this way (`None`: succeeds).
+    pub fn set_failing(&self, failing: Option<Failure>) {
+        self.state().failing = failing;
+    }
+
+    pub fn rows(&self) -> BTreeMap<(String, String), String> {
+        self.state().rows.clone()
+    }
+
+    pub fn runs(&self) -> Vec<RunRecord> {
+        self.state().runs.clone()
+    }
+
+    /// Successful commits so far.
+    pub fn commits(&self) -> usize {
+        self.state().commits
+    }
+}
+
+impl Store for MemoryStore {
+    async fn load_assignments(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        Ok(self
+            .state()
+            .rows
+            .iter()
+            .filter(|(_, a)| !a.is_empty())
+            .map(|((p, c), a)| (p.clone(), c.clone(), a.clone()))
+            .collect())
+    }
+
+    async fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
+        let mut state = self.state();
+        if let Some(kind) = state.failing {
+            return Err(StoreError {
+                kind,
+                message: "the memory store was told to fail".to_owned(),
+            });
+        }
+        for w in &batch.writes {
+            state
+                .rows
+                .insert((w.platform.clone(), w.channel.clone()), w.assignee.clone());
+        }
+        state.runs.extend(batch.runs.iter().cloned());
+        state.commits += 1;
+        Ok(())
+    }
+
+    async fn close(&self) {}
+}

@@ -1,0 +1,305 @@
+//! The writer: commits the engine's batches beside it, so the engine never waits for the
+//! database (a PostgreSQL pool waiting 5 s for a connection used to hold every fleet event and
+//! plan back).
+//!
+//! Batches are merged while a commit is in flight or the database is away (the latest value
+//! of each row wins; history records are kept in order), retried with backoff (1 s doubling to
+//! 60 s), and every outcome is visible in [`WriteStatus`]. On stop the writer tries to flush
+//! for a bounded time and hands back what it could not write, so the caller can say exactly
+//! what was lost.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep_until};
+use tracing::{error, info, warn};
+
+use super::{Batch, Failure, Pending, Store};
+use crate::backoff::{Backoff, Jitter};
+
+/// What the writer is doing, for `/healthz` and the API.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct WriteStatus {
+    /// Rows and history records waiting to be committed.
+    pub pending_rows: usize,
+    pub pending_runs: usize,
+    /// The last failure, while failing.
+    pub last_error: Option<String>,
+    /// Whether the last failure can go away by itself (`outage`) or needs a fix (`rejected`).
+    pub failure: Option<Failure>,
+    #[serde(with = "crate::presence::unix_seconds")]
+    pub last_commit: Option<SystemTime>,
+    #[serde(with = "crate::presence::unix_seconds")]
+    pub failing_since: Option<SystemTime>,
+    /// Commits that succeeded.
+    pub commits: u64,
+}
+
+impl WriteStatus {
+    /// Nothing waits and nothing fails.
+    pub fn is_committed(&self) -> bool {
+        self.pending_rows == 0 && self.pending_runs == 0 && self.last_error.is_none()
+    }
+}
+
+/// What a stop left unwritten.
+#[derive(Debug, Default)]
+pub struct Unwritten {
+    pub pending: Pending,
+    pub last_error: Option<String>,
+}
+
+/// The engine's side of the writer.
+pub struct Writer {
+    tx: mpsc::UnboundedSender<Batch>,
+    status: watch::Receiver<WriteStatus>,
+    task: tokio::task::JoinHandle<Unwritten>,
+}
+
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(60);
+/// A database that accepts a transaction and never answers is an outage too.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Writer {
+    /// Starts the writing task; on [`Writer::finish`] it flushes for at most
+    /// `shutdown_timeout`.
+    pub fn start<S: Store>(store: S, shutdown_timeout: Duration) -> Writer {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (status_tx, status) = watch::channel(WriteStatus::default());
+        let task = tokio::spawn(run(store, rx, status_tx, shutdown_timeout));
+        Writer { tx, status, task }
+    }
+
+    /// Hands a batch over; never waits.
+    pub fn submit(&self, batch: Batch) {
+        if !batch.is_empty() {
+            let _ = self.tx.send(batch);
+        }
+    }
+
+    pub fn status(&self) -> watch::Receiver<WriteStatus> {
+        self.status.clone()
+    }
+
+    /// No more batches: flushes what is pending (bounded) and returns what is left.
+    pub async fn finish(self) -> Unwritten {
+        drop(self.tx);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+async fn run<S: Store>(
+    store: S,
+    mut rx: mpsc::UnboundedReceiver<Batch>,
+    status: watch::Sender<WriteStatus>,
+    shutdown_timeout: Duration,
+) -> Unwritten {
+    let mut pending = Pending::default();
+    let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
+    let mut retry_at: Option<Instant> = None;
+    let mut last_error: Option<String> = None;
+    loop {
+        tokio::select! {
+            batch = rx.recv() => match batch {
+                Some(batch) => pending.merge(batch),
+                None => break,
+            },
+            _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+                retry_at = None;
+            }
+        }
+        while let Ok(batch) = rx.try_recv() {
+            pending.merge(batch);
+        }
+        if retry_at.is_some() || pending.is_empty() {
+            publish(&status, &pending, None);
+            continue;
+        }
+        match commit(&store, &mut pending, &status, COMMIT_TIMEOUT).await {
+            Ok(()) => {
+                let failures = backoff.succeed();
+                if failures > 0 {
+                    info!("database available again: pending rows written");
+                }
+                last_error = None;
+            }
+            Err((kind, message)) => {
+                let wait = backoff.fail();
+                let first = backoff.failures() == 1;
+                match kind {
+                    Failure::Rejected => error!(
+                        "the database rejects the rows ({message}): not an outage, the table \
+                         must be fixed; {} row(s) pending, retrying in {wait:?}",
+                        pending.rows()
+                    ),
+                    Failure::Outage if first || last_error.as_deref() != Some(&message) => warn!(
+                        "writing {} row(s) and {} history record(s) failed: {message}; \
+                         retrying in {wait:?} (while it fails, planning goes on and writes are merged)",
+                        pending.rows(),
+                        pending.runs()
+                    ),
+                    Failure::Outage => {}
+                }
+                last_error = Some(message);
+                retry_at = Some(Instant::now() + wait);
+            }
+        }
+    }
+    // Stopping: a bounded last try.
+    let deadline = Instant::now() + shutdown_timeout;
+    while !pending.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match commit(&store, &mut pending, &status, left).await {
+            Ok(()) => last_error = None,
+            Err((_, message)) => {
+                last_error = Some(message);
+                let nap = backoff
+                    .fail()
+                    .min(deadline.saturating_duration_since(Instant::now()));
+                tokio::time::sleep(nap).await;
+            }
+        }
+    }
+    store.close().await;
+    Unwritten {
+        pending,
+        last_error,
+    }
+}
+
+/// One commit of everything pending, given at most `limit`; on failure the rows go back
+/// (under anything newer).
+async fn commit<S: Store>(
+    store: &S,
+    pending: &mut Pending,
+    status: &watch::Sender<WriteStatus>,
+    limit: Duration,
+) -> Result<(), (Failure, String)> {
+    let batch = pending.take();
+    // While it is in flight the batch is still pending, as far as anyone asking can tell.
+    status.send_modify(|s| {
+        s.pending_rows = batch.writes.len();
+        s.pending_runs = batch.runs.len();
+    });
+    let committed = match tokio::time::timeout(limit, store.commit(&batch)).await {
+        Ok(result) => result,
+        Err(_) => Err(super::StoreError {
+            kind: Failure::Outage,
+            message: format!("no answer within {limit:?}"),
+        }),
+    };
+    match committed {
+        Ok(()) => {
+            status.send_modify(|s| {
+                s.commits += 1;
+                s.last_commit = Some(SystemTime::now());
+                s.last_error = None;
+                s.failure = None;
+                s.failing_since = None;
+            });
+            publish(status, pending, None);
+            Ok(())
+        }
+        Err(e) => {
+            pending.restore(batch);
+            publish(status, pending, Some((e.kind, e.message.clone())));
+            Err((e.kind, e.message))
+        }
+    }
+}
+
+fn publish(
+    status: &watch::Sender<WriteStatus>,
+    pending: &Pending,
+    failure: Option<(Failure, String)>,
+) {
+    status.send_modify(|s| {
+        s.pending_rows = pending.rows();
+        s.pending_runs = pending.runs();
+        if let Some((kind, message)) = failure {
+            if s.failing_since.is_none() {
+                s.failing_since = Some(SystemTime::now());
+            }
+            s.failure = Some(kind);
+            s.last_error = Some(message);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{ChannelWrite, RunRecord};
+
+    fn batch(rows: &[(&str, &str)], run: i64) -> Batch {
+        Batch {
+            writes: rows
+                .iter()
+                .map(|(c, a)| ChannelWrite {
+                    platform: "onebot".into(),
+                    channel: (*c).into(),
+                    assignee: (*a).into(),
+                })
+                .collect(),
+            runs: vec![RunRecord {
+                started_at_ms: run,
+                finished_at_ms: run,
+                causes: "test".into(),
+                strategy: "optimal".into(),
+                platforms: vec![],
+            }],
+        }
+    }
+
+    /// An outage: batches are merged (latest value wins, every run kept), retried with
+    /// backoff, and written once the store is back; the status says so throughout.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_merges_and_retries_without_losing_anything() {
+        let store = MemoryStore::default();
+        store.set_failing(Some(Failure::Outage));
+        let writer = Writer::start(store.clone(), Duration::from_secs(10));
+        let mut status = writer.status();
+        writer.submit(batch(&[("a", "1"), ("b", "1")], 1));
+        status.wait_for(|s| s.last_error.is_some()).await.unwrap();
+        writer.submit(batch(&[("a", "2")], 2));
+        writer.submit(batch(&[("c", "")], 3));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let s = status.borrow().clone();
+        assert_eq!((s.pending_rows, s.pending_runs), (3, 3), "{s:?}");
+        assert_eq!(s.failure, Some(Failure::Outage));
+        assert!(!s.is_committed());
+        store.set_failing(None);
+        // The first retry comes 1 s after the first failure.
+        status.wait_for(WriteStatus::is_committed).await.unwrap();
+        let rows = store.rows();
+        assert_eq!(rows[&("onebot".into(), "a".into())], "2");
+        assert_eq!(rows.len(), 3);
+        let runs: Vec<i64> = store.runs().iter().map(|r| r.started_at_ms).collect();
+        assert_eq!(runs, [1, 2, 3]);
+        assert_eq!(store.commits(), 1, "one transaction for everything merged");
+        assert!(writer.finish().await.pending.is_empty());
+    }
+
+    /// A stop during an outage tries for the configured time, then reports what is left.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_during_an_outage_reports_what_was_not_written() {
+        let store = MemoryStore::default();
+        store.set_failing(Some(Failure::Rejected));
+        let writer = Writer::start(store.clone(), Duration::from_secs(5));
+        let mut status = writer.status();
+        writer.submit(batch(&[("a", "1")], 7));
+        status.wait_for(|s| s.failure.is_some()).await.unwrap();
+        assert_eq!(status.borrow().failure, Some(Failure::Rejected));
+        let started = Instant::now();
+        let left = writer.finish().await;
+        assert!(started.elapsed() >= Duration::from_secs(5));
+        assert_eq!((left.pending.rows(), left.pending.runs()), (1, 1));
+        assert_eq!(left.pending.describe_rows(10), "onebot:a → 1");
+        assert!(left.last_error.unwrap().contains("told to fail"));
+    }
+}

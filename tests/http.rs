@@ -1,0 +1,120 @@
+//! The HTTP server's limits against misbehaving clients: body size before content type,
+//! slow or half-sent request headers, idle keep-alive connections.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::{FLEET, Service, TempDir, http, post};
+
+fn service(dir: &TempDir) -> (Service, String) {
+    dir.write("fleet.yaml", FLEET);
+    let path = dir.write(
+        "config.yaml",
+        "database: {url: \"sqlite://state.db\"}\nsources: {file: fleet.yaml}\n\
+         api: {bind: \"127.0.0.1:0\", maxBodyBytes: 65536, headerTimeout: 1}\n",
+    );
+    let service = Service::start(&path);
+    let url = service.api_url();
+    (service, url)
+}
+
+#[test]
+fn bodies_are_measured_before_their_type() {
+    let dir = TempDir::new("http-bodies");
+    let (service, url) = service(&dir);
+    let ingress = format!("{url}/v1/ingress");
+    let addr = url.trim_start_matches("http://").to_owned();
+    for content_type in [None, Some("text/plain"), Some("application/json")] {
+        assert_eq!(post_1mb(&addr, content_type), 413, "{content_type:?}");
+    }
+    let small = r#"{"platform":"onebot","self_id":1,"group_id":2,"user_id":3,"text":"t","time":1,"lane":"chat"}"#;
+    let status = http()
+        .post(&ingress)
+        .header("Content-Type", "text/plain")
+        .send(small)
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(status, 415);
+    let (status, body) = post(&ingress, None, &serde_json::from_str(small).unwrap());
+    assert_eq!(status, 200, "{body}");
+    drop(service);
+}
+
+/// POSTs a 1 MB body to `/v1/ingress` and returns the status. The server answers before the
+/// body is all sent and closes, so the body is written beside the read and its errors are
+/// ignored.
+fn post_1mb(addr: &str, content_type: Option<&str>) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let mut head = format!(
+        "POST /v1/ingress HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n",
+        1 << 20
+    );
+    if let Some(t) = content_type {
+        head.push_str(&format!("Content-Type: {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let sending = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 16 * 1024];
+        for _ in 0..64 {
+            if writer.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut response = [0u8; 12];
+    stream.read_exact(&mut response).unwrap();
+    let _ = sending.join();
+    std::str::from_utf8(&response[9..12])
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// 500 connections that send half a request head are closed after `api.headerTimeout`, and
+/// the service keeps answering meanwhile.
+#[test]
+fn slow_request_headers_are_cut_off() {
+    let dir = TempDir::new("http-slow");
+    let (service, url) = service(&dir);
+    let addr = url.trim_start_matches("http://").to_owned();
+    let mut slow: Vec<TcpStream> = (0..500)
+        .map(|_| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .unwrap();
+            s
+        })
+        .collect();
+    // An idle keep-alive connection is closed after the same time.
+    let mut idle = TcpStream::connect(&addr).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(support::get(&format!("{url}/healthz"), None).0, 200);
+    for s in slow.iter_mut().chain(std::iter::once(&mut idle)) {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        // Read until the server closes: EOF (or a reset), never the 10 s timeout.
+        let result = s.read_to_end(&mut buf);
+        assert!(
+            result.is_ok()
+                || result
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{result:?}"
+        );
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(5), "closed after {elapsed:?}");
+    assert_eq!(support::get(&format!("{url}/healthz"), None).0, 200);
+    drop(service);
+}
