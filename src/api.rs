@@ -18,16 +18,19 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use crate::coord::claim::valid_plugin;
-use crate::coord::federate::Federate;
-use crate::coord::gate::Gates;
-use crate::coord::ingress::{Ingress, Request as IngressRequest};
-use crate::coord::presence_registry;
-use crate::coord::redis::Redis;
+use crate::config::ReloadStatus;
 use crate::engine::Control;
+use crate::outputs::presence_registry;
+use crate::outputs::redis::Redis;
+use crate::pallas::claim::valid_plugin;
+use crate::pallas::federate::Federate;
+use crate::pallas::gate::Gates;
+use crate::pallas::ingress::{Ingress, Request as IngressRequest};
 use crate::presence::Presence;
 use crate::secret::Secret;
+use crate::source::http::{Events, FullState, ReportError, Reporters};
 use crate::store::writer::WriteStatus;
 use crate::view::View;
 use crate::yaml::{AtLeast, Seconds};
@@ -80,6 +83,12 @@ pub struct Api {
     pub token: Secret,
     /// The store writer's state: pending rows, the last error.
     pub store: tokio::sync::watch::Receiver<WriteStatus>,
+    /// The config watcher's state: the last rejected edit, while in force.
+    pub config: tokio::sync::watch::Receiver<ReloadStatus>,
+    /// Fleet reporters (`sources.http`), when enabled.
+    pub reporters: Option<Reporters>,
+    /// Ends the assignment streams when the service stops.
+    pub shutdown: CancellationToken,
 }
 
 type Shared = Arc<Api>;
@@ -99,6 +108,8 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/v1/gate/owned", post(owned_gate))
         .route("/v1/activity/begin", post(begin_activity))
         .route("/v1/activity/end", post(end_activity))
+        .route("/v1/assignments/stream", get(stream))
+        .merge(fleet_routes(&api))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
     Router::new()
         .route("/healthz", get(healthz))
@@ -252,6 +263,133 @@ pub async fn serve(
     }
 }
 
+/// `/v1/fleet/reporters/{name}`, when `sources.http` is on, with its own body limit (a full
+/// state carries every group of every bot).
+fn fleet_routes(api: &Shared) -> Router<Shared> {
+    let Some(reporters) = &api.reporters else {
+        return Router::new();
+    };
+    let max_body = reporters.settings().max_body_bytes.get() as usize;
+    Router::new()
+        .route(
+            "/v1/fleet/reporters/{name}",
+            axum::routing::put(put_reporter).delete(delete_reporter),
+        )
+        .route("/v1/fleet/reporters/{name}/events", post(reporter_events))
+        .route(
+            "/v1/fleet/reporters/{name}/heartbeat",
+            post(reporter_heartbeat),
+        )
+        .layer(DefaultBodyLimit::max(max_body))
+}
+
+fn report_error(e: ReportError) -> Response {
+    let status = match e {
+        ReportError::UnknownReporter(_) => StatusCode::CONFLICT,
+        ReportError::Invalid(_) => StatusCode::BAD_REQUEST,
+        ReportError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(status, e.to_string())
+}
+
+/// The reporters, and the name checked; `Err` is the answer.
+fn reporter<'a>(api: &'a Api, name: &str) -> Result<&'a Reporters, Response> {
+    if let Some(rejected) = invalid_name("reporter", name) {
+        return Err(rejected);
+    }
+    Ok(api
+        .reporters
+        .as_ref()
+        .expect("routed only with sources.http"))
+}
+
+async fn put_reporter(
+    State(api): State<Shared>,
+    Path(name): Path<String>,
+    Body(state): Body<FullState>,
+) -> Response {
+    let reporters = match reporter(&api, &name) {
+        Ok(r) => r,
+        Err(answer) => return answer,
+    };
+    match reporters.put(&name, state).await {
+        Ok(bots) => Json(json!({ "reporter": name, "bots": bots })).into_response(),
+        Err(e) => report_error(e),
+    }
+}
+
+async fn reporter_events(
+    State(api): State<Shared>,
+    Path(name): Path<String>,
+    Body(events): Body<Events>,
+) -> Response {
+    let reporters = match reporter(&api, &name) {
+        Ok(r) => r,
+        Err(answer) => return answer,
+    };
+    match reporters.events(&name, events).await {
+        Ok(n) => Json(json!({ "applied": n })).into_response(),
+        Err(e) => report_error(e),
+    }
+}
+
+async fn reporter_heartbeat(State(api): State<Shared>, Path(name): Path<String>) -> Response {
+    let reporters = match reporter(&api, &name) {
+        Ok(r) => r,
+        Err(answer) => return answer,
+    };
+    match reporters.heartbeat(&name) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => report_error(e),
+    }
+}
+
+async fn delete_reporter(State(api): State<Shared>, Path(name): Path<String>) -> Response {
+    let reporters = match reporter(&api, &name) {
+        Ok(r) => r,
+        Err(answer) => return answer,
+    };
+    match reporters.remove(&name, "stopped").await {
+        Ok(known) => Json(json!({ "removed": known })).into_response(),
+        Err(e) => report_error(e),
+    }
+}
+
+/// `GET /v1/assignments/stream`: Server-Sent Events. First `snapshot` (every platform's
+/// assignment at `version`), then one `changes` per update with the next version (`null`:
+/// unassigned). A client that sees a version other than the last + 1 reconnects; a client
+/// too slow to keep up is cut off and does the same. The stream ends when the service stops.
+async fn stream(State(api): State<Shared>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures_util::StreamExt as _;
+
+    let (version, assignments, updates) = api.view.subscribe();
+    let snapshot = Event::default()
+        .event("snapshot")
+        .json_data(json!({ "version": version, "assignments": assignments }));
+    // Lagged (the client missed updates) or closed: the stream ends and the client resyncs.
+    let changes = futures_util::stream::unfold(updates, |mut updates| async move {
+        let u = updates.recv().await.ok()?;
+        let changes: serde_json::Map<String, Value> = u
+            .changes
+            .iter()
+            .map(|(c, b)| (c.clone(), json!(b)))
+            .collect();
+        let event = Event::default().event("changes").json_data(json!({
+            "version": u.version,
+            "platform": u.platform,
+            "assignments": changes,
+        }));
+        Some((event, updates))
+    });
+    let events = futures_util::stream::once(async move { snapshot })
+        .chain(changes)
+        .take_until(api.shutdown.clone().cancelled_owned());
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
 async fn healthz(State(api): State<Shared>) -> Json<Value> {
     let redis = match &api.redis {
         None => "disabled",
@@ -290,7 +428,7 @@ async fn healthz(State(api): State<Shared>) -> Json<Value> {
 async fn ingress(State(api): State<Shared>, Body(request): Body<IngressRequest>) -> Response {
     match api.ingress.decide(&request).await {
         Ok(decision) => Json(decision).into_response(),
-        Err(e) => error(StatusCode::BAD_REQUEST, e),
+        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
 
@@ -354,7 +492,12 @@ async fn status(State(api): State<Shared>) -> Json<Value> {
             (p, json!(counts))
         })
         .collect();
-    Json(json!({ "platforms": platforms }))
+    let config = api.config.borrow().clone();
+    Json(json!({
+        "platforms": platforms,
+        "last_run": api.view.last_run(),
+        "config": config,
+    }))
 }
 
 async fn presence(State(api): State<Shared>) -> Json<Value> {

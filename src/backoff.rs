@@ -61,7 +61,8 @@ impl Backoff {
     }
 
     /// The longest wait this schedule can produce, jitter included.
-    pub fn longest(&self) -> Duration {
+    #[cfg(test)]
+    fn longest(&self) -> Duration {
         match self.jitter {
             Jitter::None => self.max,
             Jitter::Quarter => self.max.mul_f64(1.25),

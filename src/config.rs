@@ -2,8 +2,8 @@
 //!
 //! Each subsystem owns its section (its keys, defaults and checks live next to the code that
 //! uses them: `triggers::TriggerDelays`, `store::Settings`, `source::Settings`,
-//! `coord::redis::Settings`, `coord::claim::Settings`, `api::Settings`,
-//! `coord::federate::settings::Settings`); this module composes them, keeps the plugin's
+//! `outputs::redis::Settings`, `pallas::claim::Settings`, `api::Settings`,
+//! `pallas::federate::settings::Settings`); this module composes them, keeps the plugin's
 //! top-level keys, and decides which sections need a restart. Every load runs the same checks,
 //! at start-up and on every edit; an error names the file, the key, and the line and column.
 //! A rejected edit leaves the previous config in force.
@@ -16,9 +16,9 @@ use serde::Deserialize;
 
 use crate::api;
 use crate::balance::{Rules, Strategy};
-use crate::coord::claim;
-use crate::coord::federate::settings as federate;
-use crate::coord::redis;
+use crate::outputs::redis;
+use crate::pallas::claim;
+use crate::pallas::federate::settings as federate;
 use crate::source;
 use crate::store;
 use crate::triggers::{CronExpr, TriggerDelays};
@@ -96,6 +96,18 @@ fn default_platforms() -> Vec<NonEmpty> {
     vec![NonEmpty("onebot".to_owned())]
 }
 
+/// What the config watcher last did, for the API: the error of the last rejected edit stays
+/// "in force" until a valid edit replaces it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ReloadStatus {
+    /// Valid edits taken since the start.
+    pub reloads: u64,
+    /// Why the last edit was rejected, while no valid edit came after it.
+    pub rejected: Option<String>,
+    #[serde(with = "crate::presence::unix_seconds")]
+    pub rejected_at: Option<std::time::SystemTime>,
+}
+
 /// Sections that only take effect after a restart, by their key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RestartOnly {
@@ -163,8 +175,15 @@ impl Config {
         config.database.resolve(&base);
         config.sources.resolve(&base);
         config.claims.resolve(&base);
+        if config.sources.http.is_some() && config.api.bind.is_none() {
+            return Err(FileError::new(
+                path,
+                "sources.http: fleet reporters talk to the HTTP API, but api.bind is null",
+            ));
+        }
         if let Some(f) = &mut config.federate {
-            f.resolve(&base).map_err(|m| FileError::new(path, m))?;
+            f.resolve(&base)
+                .map_err(|e| FileError::new(path, e.to_string()))?;
         }
         Ok(config)
     }

@@ -16,16 +16,17 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::balance::{Plan, Planner};
+use crate::clock::Clock;
 use crate::config::Config;
-use crate::coord::publish::Publisher;
 use crate::index::FleetIndex;
+use crate::outputs::publish::Publisher;
 use crate::presence::Presence;
-use crate::source::FleetEvent;
-use crate::store::sql::now_ms;
+use crate::source::merge::{Merge, SourceId};
+use crate::source::{FleetEvent, Origin};
 use crate::store::writer::{Unwritten, Writer};
 use crate::store::{Batch, ChannelWrite, PlatformRecord, RunRecord};
 use crate::triggers::{Cause, Causes, Debouncer};
-use crate::view::{PlatformCounts, View};
+use crate::view::{PlatformCounts, RunSummary, View};
 
 /// Control messages for the engine (everything that is not a fleet event).
 #[derive(Debug)]
@@ -41,7 +42,7 @@ pub enum Control {
 }
 
 /// Where the engine's results go besides the SQL store.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Outputs {
     /// The assignment and fleet as the API sees it.
     pub view: View,
@@ -52,6 +53,8 @@ pub struct Outputs {
     /// Woken when a bot comes or goes (the presence registry refreshes at once).
     /// Bumped when a bot goes online or offline; every listener sees it.
     pub presence_changed: watch::Sender<()>,
+    /// Wall time, for history records and presence.
+    pub clock: Clock,
 }
 
 pub struct Engine {
@@ -70,6 +73,8 @@ pub struct Engine {
     /// Since when each offline bot has been offline: gone for longer than
     /// `forgetBotsAfter`, it is forgotten (index, view, presence).
     offline_since: HashMap<(String, String), Instant>,
+    /// Which source's report of each bot the index follows.
+    merge: Merge,
 }
 
 /// Below this many, channels nobody is in cost too little to be worth a rebuild of the index.
@@ -114,22 +119,39 @@ impl Engine {
             ready: false,
             runs: 0,
             offline_since: HashMap::new(),
+            merge: Merge::default(),
         }
     }
 
-    pub fn index(&self) -> &FleetIndex {
-        &self.index
+    /// Takes a source's event: what it changes once combined with the other sources' reports
+    /// of the same bot goes to the index.
+    pub fn report(&mut self, source: SourceId, event: FleetEvent) {
+        let index = &self.index;
+        let events = self.merge.apply(source, event, |platform, bot| {
+            let Some(p) = index.platform(platform) else {
+                return Vec::new();
+            };
+            p.find_bot(bot).map_or_else(Vec::new, |b| {
+                p.channels_of(b)
+                    .iter()
+                    .map(|&c| p.channel_id(c).to_owned())
+                    .collect()
+            })
+        });
+        for event in events {
+            self.apply(event);
+        }
     }
 
     /// Applies a fleet event to the index and asks for a rebalance when it can matter.
-    pub fn apply(&mut self, event: FleetEvent) {
+    fn apply(&mut self, event: FleetEvent) {
         let enabled = self.config.rules.platform_enabled(event.platform());
         let cause = match &event {
             FleetEvent::BotOnline {
                 platform,
                 bot,
                 channels,
-                status,
+                origin,
             } => {
                 self.offline_since.remove(&(platform.clone(), bot.clone()));
                 self.index.bot_online(platform, bot, channels);
@@ -137,27 +159,25 @@ impl Engine {
                     "bot {platform}:{bot} online in {} channel(s)",
                     channels.len()
                 );
-                Some(if *status {
-                    Cause::BotStatus
-                } else {
-                    Cause::BotOnline
+                Some(match origin {
+                    Origin::Status => Cause::BotStatus,
+                    Origin::Connection => Cause::BotOnline,
                 })
             }
             FleetEvent::BotOffline {
                 platform,
                 bot,
                 reason,
-                status,
+                origin,
             } => {
                 self.offline_since
                     .entry((platform.clone(), bot.clone()))
                     .or_insert_with(Instant::now);
                 self.index.bot_offline(platform, bot);
                 info!("bot {platform}:{bot} offline ({reason})");
-                Some(if *status {
-                    Cause::BotStatus
-                } else {
-                    Cause::BotOffline
+                Some(match origin {
+                    Origin::Status => Cause::BotStatus,
+                    Origin::Connection => Cause::BotOffline,
                 })
             }
             FleetEvent::ChannelJoined {
@@ -221,7 +241,7 @@ impl Engine {
         if unmanaged {
             self.outputs.presence.update(platform, bot, |p| {
                 if online && !p.online {
-                    p.connected_at = Some(std::time::SystemTime::now());
+                    p.connected_at = Some(self.outputs.clock.system_time());
                 }
                 p.online = online;
             });
@@ -243,7 +263,7 @@ impl Engine {
     /// is rolled back as a whole). Returns what could not be written before the stop.
     pub async fn run(
         mut self,
-        mut fleet: mpsc::Receiver<FleetEvent>,
+        mut fleet: mpsc::Receiver<(SourceId, FleetEvent)>,
         control_tx: mpsc::Sender<Control>,
         mut control: mpsc::Receiver<Control>,
         shutdown: CancellationToken,
@@ -255,7 +275,7 @@ impl Engine {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                Some(event) = fleet.recv() => self.apply(event),
+                Some((source, event)) = fleet.recv() => self.report(source, event),
                 Some(msg) = control.recv() => self.control(msg, &control_tx).await,
                 _ = sleep_until(due.unwrap_or_else(far_future)), if due.is_some() => self.rebalance().await,
                 _ = sleep_until(periodic.unwrap_or_else(far_future)), if periodic.is_some() => {
@@ -334,7 +354,7 @@ impl Engine {
 
     async fn rebalance(&mut self) {
         let causes = self.triggers.take();
-        let started_at_ms = now_ms();
+        let started_at_ms = self.outputs.clock.unix_ms();
         let plan = plan_off_the_runtime(&mut self.planner, &mut self.index, &self.config);
         self.runs += 1;
         for p in &plan.platforms {
@@ -358,6 +378,13 @@ impl Engine {
         if let Some(publisher) = &self.outputs.publisher {
             publisher.publish(published);
         }
+        self.outputs.view.set_last_run(RunSummary {
+            number: self.runs,
+            causes: causes.to_string(),
+            finished_at_ms: self.outputs.clock.unix_ms(),
+            moved_forced: plan.platforms.iter().map(|p| p.forced).sum(),
+            moved_voluntary: plan.platforms.iter().map(|p| p.voluntary).sum(),
+        });
         self.writer.submit(batch);
         self.forget();
         for p in &plan.platforms {
@@ -445,7 +472,7 @@ impl Engine {
         }
         batch.runs.push(RunRecord {
             started_at_ms,
-            finished_at_ms: now_ms(),
+            finished_at_ms: self.outputs.clock.unix_ms(),
             causes: causes.to_string(),
             strategy: plan.strategy.to_string(),
             platforms,

@@ -128,8 +128,8 @@ proptest! {
     #[test]
     fn fuzz_coord_eval(bytes in mutated(EVAL)) {
         let out = match std::str::from_utf8(&bytes) {
-            Ok(line) => crate::coord::eval::eval_line(line),
-            Err(_) => crate::coord::eval::not_utf8_line(1),
+            Ok(line) => crate::pallas::eval::eval_line(line),
+            Err(_) => crate::pallas::eval::not_utf8_line(1),
         };
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         prop_assert!(v.get("result").is_some() ^ v.get("error").is_some(), "{out}");

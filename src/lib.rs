@@ -21,26 +21,30 @@
 //!
 //! The planner never does I/O; everything around it is a thin shell.
 
-pub mod api;
-pub mod backoff;
+pub(crate) mod api;
+pub(crate) mod backoff;
 pub mod balance;
+#[cfg(feature = "bench")]
 pub mod bench;
+pub mod clock;
 pub mod config;
-pub mod coord;
-pub mod engine;
+pub(crate) mod engine;
 #[cfg(test)]
 mod fuzz;
 pub mod index;
-pub mod logs;
-pub mod model;
-pub mod presence;
-pub mod secret;
+pub(crate) mod logs;
+pub(crate) mod model;
+pub mod outputs;
+pub mod pallas;
+pub(crate) mod presence;
+pub(crate) mod secret;
 pub mod service;
-pub mod sim;
 pub mod snapshot;
-pub mod source;
-pub mod store;
-pub mod triggers;
-pub mod view;
-pub mod watch;
+pub(crate) mod source;
+pub(crate) mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+pub(crate) mod triggers;
+pub(crate) mod view;
+pub(crate) mod watch;
 pub mod yaml;

@@ -3,9 +3,9 @@
 //! per subject (a bot, a remote address), the rest counted and reported ([`Limiter`]), so a
 //! misbehaving bot or a stranger hammering the reverse port cannot flood the log.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -64,7 +64,7 @@ impl Limiter {
     /// `class` this minute; then it is only counted. Returns whether it was logged.
     pub fn warn(&self, class: &'static str, subject: &str, line: impl FnOnce() -> String) -> bool {
         let now = Instant::now();
-        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut windows = self.windows.lock();
         let known = windows.contains_key(&(class, subject.to_owned()));
         let subject = if known || windows.len() < MAX_SUBJECTS {
             subject
@@ -93,7 +93,7 @@ impl Limiter {
     /// count of what was not shown is always said, even when its connection is long gone.
     pub fn flush(&self, all: bool) {
         let now = Instant::now();
-        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut windows = self.windows.lock();
         windows.retain(|(class, subject), w| {
             let over = all || now.duration_since(w.started) >= WINDOW;
             if over && w.suppressed > 0 {
@@ -120,7 +120,7 @@ impl Limiter {
 
     #[cfg(test)]
     fn suppressed(&self, class: &'static str, subject: &str) -> u64 {
-        let windows = self.windows.lock().unwrap();
+        let windows = self.windows.lock();
         windows
             .get(&(class, subject.to_owned()))
             .map_or(0, |w| w.suppressed)
@@ -176,6 +176,6 @@ mod tests {
                 String::new,
             );
         }
-        assert!(limiter.windows.lock().unwrap().len() <= MAX_SUBJECTS + 1);
+        assert!(limiter.windows.lock().len() <= MAX_SUBJECTS + 1);
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use auto_assign::balance::{self, Plan, Strategy};
+#[cfg(feature = "bench")]
 use auto_assign::bench;
 use auto_assign::snapshot::{self, Snapshot};
 
@@ -40,7 +41,9 @@ enum Command {
     /// Pallas-Bot compatibility tools.
     #[command(subcommand)]
     Coord(CoordCommand),
-    /// Measures both strategies on seeded synthetic fleets (build with --release).
+    /// Measures both strategies on seeded synthetic fleets (build with --release and
+    /// `--features bench`); exits 1 when a measurement fails.
+    #[cfg(feature = "bench")]
     Bench(bench::Args),
 }
 
@@ -71,9 +74,13 @@ fn main() -> ExitCode {
         } => run_plan(&input, strategy, output.as_deref()),
         Command::Serve { config } => serve(&config),
         Command::Coord(CoordCommand::Eval { input }) => coord_eval(input.as_deref()),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => {
-            bench::run(&args);
-            ExitCode::SUCCESS
+            if bench::run(&args) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -128,8 +135,8 @@ fn coord_eval(input: Option<&std::path::Path>) -> ExitCode {
         number += 1;
         let answer = match std::str::from_utf8(&line) {
             Ok(text) if text.trim().is_empty() => continue,
-            Ok(text) => auto_assign::coord::eval::eval_line(text.trim_end_matches(['\n', '\r'])),
-            Err(_) => auto_assign::coord::eval::not_utf8_line(number),
+            Ok(text) => auto_assign::pallas::eval::eval_line(text.trim_end_matches(['\n', '\r'])),
+            Err(_) => auto_assign::pallas::eval::not_utf8_line(number),
         };
         if writeln!(out, "{answer}").is_err() {
             return ExitCode::FAILURE;

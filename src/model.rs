@@ -10,11 +10,6 @@ pub fn split_key(key: &str) -> Option<(&str, &str)> {
     (!platform.is_empty() && !id.is_empty()).then_some((platform, id))
 }
 
-/// Joins a platform and an id into a key.
-pub fn join_key(platform: &str, id: &str) -> String {
-    format!("{platform}:{id}")
-}
-
 /// Dense index of a bot within one platform of the [`crate::index::FleetIndex`].
 pub type BotIx = u32;
 /// Dense index of a channel within one platform of the [`crate::index::FleetIndex`].
@@ -34,6 +29,5 @@ mod tests {
         assert_eq!(split_key("123"), None);
         assert_eq!(split_key(":123"), None);
         assert_eq!(split_key("onebot:"), None);
-        assert_eq!(join_key("onebot", "1"), "onebot:1");
     }
 }

@@ -2,7 +2,9 @@
 //! presence registry. Fleet sources write it; everything else reads a snapshot.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::SystemTime;
 
 /// How a bot is connected.
@@ -36,6 +38,8 @@ pub struct BotPresence {
     pub last_group_refresh: Option<SystemTime>,
     /// Number of groups in the last group list.
     pub groups: usize,
+    /// Further connections to the bot standing by (they take over when the current one ends).
+    pub standby_connections: usize,
 }
 
 impl BotPresence {
@@ -52,6 +56,7 @@ impl BotPresence {
             last_heartbeat: None,
             last_group_refresh: None,
             groups: 0,
+            standby_connections: 0,
         }
     }
 }
@@ -65,7 +70,7 @@ pub struct Presence {
 impl Presence {
     /// Changes one bot's record (created on first use).
     pub fn update(&self, platform: &str, bot: &str, change: impl FnOnce(&mut BotPresence)) {
-        let mut bots = self.bots.write().unwrap_or_else(|e| e.into_inner());
+        let mut bots = self.bots.write();
         let entry = bots
             .entry((platform.to_owned(), bot.to_owned()))
             .or_insert_with(|| BotPresence::new(platform, bot));
@@ -73,18 +78,18 @@ impl Presence {
     }
 
     pub fn forget(&self, platform: &str, bot: &str) {
-        let mut bots = self.bots.write().unwrap_or_else(|e| e.into_inner());
+        let mut bots = self.bots.write();
         bots.remove(&(platform.to_owned(), bot.to_owned()));
     }
 
     pub fn get(&self, platform: &str, bot: &str) -> Option<BotPresence> {
-        let bots = self.bots.read().unwrap_or_else(|e| e.into_inner());
+        let bots = self.bots.read();
         bots.get(&(platform.to_owned(), bot.to_owned())).cloned()
     }
 
     /// Every bot, ordered by platform and id.
     pub fn snapshot(&self) -> Vec<BotPresence> {
-        let bots = self.bots.read().unwrap_or_else(|e| e.into_inner());
+        let bots = self.bots.read();
         bots.values().cloned().collect()
     }
 }

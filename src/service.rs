@@ -1,24 +1,34 @@
-//! `auto-assign serve`: wires config, store, sources and engine, and shuts them down cleanly.
+//! The service: [`start`] wires config, store, sources, outputs, API and engine, and returns
+//! a [`Running`] service with the addresses it bound; [`Running::stop`] and
+//! [`Running::stopped`] shut it down cleanly. `auto-assign serve` is [`serve`]: the same,
+//! until SIGINT or SIGTERM. Tests start it in process and learn its addresses from
+//! [`Running`], never from the log.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::api::{self, Api};
-use crate::config::{Config, FileError};
-use crate::coord::claim::Claims;
-use crate::coord::federate::{Federate, settings};
-use crate::coord::gate::Gates;
-use crate::coord::ingress::Ingress;
-use crate::coord::presence_registry;
-use crate::coord::publish::{Keys, Publisher};
-use crate::coord::redis::Redis;
+use crate::clock::Clock;
+use crate::config::{Config, FileError, ReloadStatus};
 use crate::engine::{Control, Engine, Outputs};
+use crate::outputs::presence_registry;
+use crate::outputs::publish::{Keys, Publisher};
+use crate::outputs::redis::Redis;
+use crate::pallas::claim::Claims;
+use crate::pallas::federate::{Federate, settings};
+use crate::pallas::gate::Gates;
+use crate::pallas::ingress::Ingress;
 use crate::presence::Presence;
 use crate::source::file::{self, Fleet};
-use crate::source::onebot;
+use crate::source::http::Reporters;
+use crate::source::merge::SourceId;
+use crate::source::{FleetEvent, onebot};
 use crate::store::writer::Writer;
 use crate::store::{SqlStore, Store as _};
 use crate::view::View;
@@ -30,7 +40,7 @@ pub enum ServeError {
     /// Bad configuration or fleet file: exit code 2.
     #[error("{0}")]
     BadFile(#[from] FileError),
-    /// Anything else (database unreachable, ...): exit code 1.
+    /// Anything else (database unreachable, port in use, ...): exit code 1.
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
     /// Stopped with writes the database never took (they are listed in the log): exit code 3.
@@ -48,30 +58,75 @@ impl ServeError {
     }
 }
 
-/// Runs the service until `shutdown` is cancelled.
+/// A started service.
+pub struct Running {
+    /// Where the HTTP API listens (`None` with `api.bind: null`).
+    pub api_addr: Option<SocketAddr>,
+    /// Where the reverse OneBot server listens, if configured.
+    pub onebot_addr: Option<SocketAddr>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// Asks the service to stop (a rebalance in progress completes first).
+    pub fn stop(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits until the service has stopped; `Err` when writes were lost.
+    pub async fn stopped(self) -> Result<(), ServeError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => Err(ServeError::Other(anyhow::anyhow!(
+                "the service task failed: {e}"
+            ))),
+        }
+    }
+}
+
+/// `auto-assign serve`: loads the config, starts, runs until `shutdown`, stops.
 pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<(), ServeError> {
     let config = Config::load(config_path)?;
+    let running = start(config, Clock::system()).await?;
+    let stop = running.shutdown.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        stop.cancel();
+    });
+    running.stopped().await
+}
+
+/// What every part of the service shares.
+struct Shared {
+    config: Config,
+    clock: Clock,
+    view: View,
+    presence: Presence,
+    presence_changed: watch::Sender<()>,
+    redis: Option<Redis>,
+    shutdown: CancellationToken,
+}
+
+/// Starts the service on `config`: everything that can fail at start (files, database, ports)
+/// has been checked when this returns.
+pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> {
     let fleet = match &config.sources.file {
         Some(path) => Some((path.clone(), Fleet::load(path)?)),
         None => None,
     };
-    let store = SqlStore::connect(&config.database.url).await?;
+    let store = SqlStore::connect(&config.database.url, clock).await?;
     let stored = store
         .load_assignments()
         .await
         .map_err(|e| anyhow::anyhow!("reading stored assignments: {e}"))?;
     info!(
         "{}: config loaded; strategy {}",
-        config_path.display(),
+        config.path.display(),
         config.strategy
     );
-
-    let (fleet_tx, fleet_rx) = mpsc::channel(4096);
-    let (control_tx, control_rx) = mpsc::channel(64);
-    let mut tasks = tokio::task::JoinSet::new();
-    let presence = Presence::default();
-    let view = View::default();
-    let (presence_changed, _) = tokio::sync::watch::channel(());
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
     let redis = match &config.redis {
         Some(r) => Some(
             Redis::connect(r.url.expose(), shutdown.clone())
@@ -79,184 +134,281 @@ pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<()
         ),
         None => None,
     };
-    let publisher = match (&redis, &config.redis) {
-        (Some(redis), Some(r)) => {
-            let keys = Keys {
-                prefix: r.prefix.0.clone(),
-            };
-            Some(Publisher::start(
-                redis.clone(),
-                view.clone(),
-                keys,
-                shutdown.clone(),
-            ))
-        }
-        _ => None,
+    let shared = Shared {
+        config: config.clone(),
+        clock,
+        view: View::default(),
+        presence: Presence::default(),
+        presence_changed: watch::channel(()).0,
+        redis,
+        shutdown: shutdown.clone(),
     };
-    if let Some(redis) = &redis {
-        tasks.spawn(presence_registry::run(
-            redis.clone(),
-            presence.clone(),
-            presence_changed.subscribe(),
-            shutdown.clone(),
-        ));
-    }
-    let federate = match &config.federate {
-        None => None,
-        Some(f) => {
-            let service_redis = config.redis.as_ref().map(|r| &r.url);
-            let pool = settings::resolve(f, service_redis).map_err(|message| FileError {
-                file: config_path.to_owned(),
-                message,
-            })?;
-            match pool {
-                None => {
-                    info!("federate: off (no pool id, ingress off or control plane off)");
-                    None
-                }
-                Some(pool) => {
-                    let pool_redis = match &redis {
-                        Some(r) if service_redis == Some(&pool.redis_url) => r.clone(),
-                        _ => Redis::connect(pool.redis_url.expose(), shutdown.clone()).map_err(
-                            |e| anyhow::anyhow!("federate Redis {}: {e}", pool.redis_url),
-                        )?,
-                    };
-                    let federate =
-                        Federate::new(f, pool, pool_redis, view.clone(), presence.clone());
-                    tasks.spawn(
-                        federate
-                            .clone()
-                            .run(presence_changed.subscribe(), shutdown.clone()),
-                    );
-                    Some(federate)
-                }
-            }
-        }
-    };
-    let outputs = Outputs {
-        view: view.clone(),
-        publisher,
-        presence: presence.clone(),
-        presence_changed,
-    };
-    let writer = Writer::start(store, config.database.shutdown_timeout.get());
+    let publisher = start_outputs(&shared, &mut tasks);
+    let federate = start_federate(&shared, &mut tasks)?;
+
+    let (fleet_tx, fleet_rx) = mpsc::channel(4096);
+    let (control_tx, control_rx) = mpsc::channel(64);
+    let reporters = config.sources.http.clone().map(|settings| {
+        let reporters = Reporters::new(settings, fleet_tx.clone());
+        tasks.spawn(reporters.clone().expire(shutdown.clone()));
+        reporters
+    });
+    let writer = Writer::start(store, config.database.shutdown_timeout.get(), clock);
     let store_status = writer.status();
+    let outputs = Outputs {
+        view: shared.view.clone(),
+        publisher,
+        presence: shared.presence.clone(),
+        presence_changed: shared.presence_changed.clone(),
+        clock,
+    };
     let mut engine = Engine::new(config.clone(), stored, writer, outputs);
-    if let Some(bind) = config.api.bind {
-        let listener = tokio::net::TcpListener::bind(bind)
-            .await
-            .map_err(|e| anyhow::anyhow!("api.bind {bind}: {e}"))?;
-        info!(
-            "API listening on http://{}",
-            listener.local_addr().map_err(anyhow::Error::from)?
-        );
-        let claims = Claims::new(
-            redis.clone(),
-            &config.claims.key_prefix.0,
-            config.claims.ttl.get(),
-            &config.claims.data_dir,
-        );
-        let api = Api {
-            view: view.clone(),
-            ingress: Ingress {
-                view: view.clone(),
-                claims,
+    let (reload_status, reload_rx) = watch::channel(ReloadStatus::default());
+
+    let api_addr = match config.api.bind {
+        None => None,
+        Some(bind) => {
+            let api = Api {
+                view: shared.view.clone(),
+                ingress: Ingress {
+                    view: shared.view.clone(),
+                    claims: Claims::new(
+                        shared.redis.clone(),
+                        &config.claims.key_prefix.0,
+                        config.claims.ttl.get(),
+                        &config.claims.data_dir,
+                    ),
+                    federate: federate.clone(),
+                },
                 federate: federate.clone(),
-            },
-            federate: federate.clone(),
-            gates: Gates::new(redis.clone()),
-            presence: presence.clone(),
-            redis: redis.clone(),
-            control: control_tx.clone(),
-            token: config.api.token.clone(),
-            store: store_status,
-        };
-        let app = api::router(api, config.api.max_body_bytes.get() as usize);
-        tasks.spawn(api::serve(
-            listener,
-            app,
-            config.api.header_timeout.get(),
-            shutdown.clone(),
-        ));
-    }
-    match config.sources.onebot.clone() {
-        None => {
-            let _ = control_tx.try_send(Control::Ready);
+                gates: Gates::new(shared.redis.clone(), clock),
+                presence: shared.presence.clone(),
+                redis: shared.redis.clone(),
+                control: control_tx.clone(),
+                token: config.api.token.clone(),
+                store: store_status,
+                config: reload_rx,
+                reporters: reporters.clone(),
+                shutdown: shutdown.clone(),
+            };
+            Some(start_api(&shared, api, bind, &mut tasks).await?)
         }
-        Some(settings) => {
-            let (wait, reverse) = (settings.startup_wait.get(), settings.reverse.is_some());
-            let started = onebot::start(
-                settings,
-                fleet_tx.clone(),
-                presence.clone(),
-                &mut tasks,
-                shutdown.clone(),
-            )
-            .await
-            .map_err(anyhow::Error::from)?;
-            if let Some(f) = &federate {
-                f.observe_group_admins(started.hub.clone());
-            }
-            let ready = control_tx.clone();
-            tasks.spawn(async move {
-                // Forward bots are known once each has had its first attempt; bots that dial in
-                // come when they come, so with a reverse server wait the whole startupWait.
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = started.first_attempts.cancelled(), if !reverse => {}
-                }
-                let _ = ready.send(Control::Ready).await;
-            });
+    };
+    let (onebot_addr, onebot_reported) = start_onebot(
+        &shared,
+        federate.as_ref(),
+        &tagged(SourceId::OneBot, &fleet_tx, &mut tasks),
+        &mut tasks,
+    )
+    .await?;
+    // No rebalance before every source has reported the fleet (see `Engine`).
+    let reporters_reported = reporters
+        .as_ref()
+        .map(|r| tokio::time::sleep(r.settings().startup_wait.get()));
+    let ready = control_tx.clone();
+    tasks.spawn(async move {
+        if let Some(reported) = onebot_reported {
+            reported.await;
         }
-    }
+        if let Some(reported) = reporters_reported {
+            reported.await;
+        }
+        let _ = ready.send(Control::Ready).await;
+    });
     if let Some((path, (fleet, content))) = fleet {
         // The file's fleet is known before the first plan, so a restart moves nothing.
         for event in Fleet::default().diff(&fleet) {
-            engine.apply(event);
+            engine.report(SourceId::File, event);
         }
         info!("{}: fleet file loaded", path.display());
-        tasks.spawn(file::watch(
-            path,
-            fleet,
-            content,
-            fleet_tx.clone(),
-            shutdown.clone(),
-        ));
+        let events = tagged(SourceId::File, &fleet_tx, &mut tasks);
+        tasks.spawn(file::watch(path, fleet, content, events, shutdown.clone()));
     }
     tasks.spawn(watch_config(
-        config_path.to_owned(),
+        config.path.clone(),
         control_tx.clone(),
+        reload_status,
+        clock,
         shutdown.clone(),
     ));
-    let unwritten = engine
-        .run(fleet_rx, control_tx, control_rx, shutdown.clone())
-        .await;
-    shutdown.cancel();
-    while tasks.join_next().await.is_some() {}
-    if unwritten.pending.is_empty() {
-        return Ok(());
-    }
-    let pending = &unwritten.pending;
-    error!(
-        "stopping with {} row(s) and {} history record(s) not written ({}): rows {}; history {}",
-        pending.rows(),
-        pending.runs(),
-        unwritten
-            .last_error
-            .as_deref()
-            .unwrap_or("the database did not answer"),
-        pending.describe_rows(50),
-        pending.describe_runs()
-    );
-    Err(ServeError::Unwritten {
-        rows: pending.rows(),
-        runs: pending.runs(),
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let unwritten = engine
+            .run(fleet_rx, control_tx, control_rx, stop.clone())
+            .await;
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
+        if unwritten.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = &unwritten.pending;
+        error!(
+            "stopping with {} row(s) and {} history record(s) not written ({}): rows {}; history {}",
+            pending.rows(),
+            pending.runs(),
+            unwritten
+                .last_error
+                .as_deref()
+                .unwrap_or("the database did not answer"),
+            pending.describe_rows(50),
+            pending.describe_runs()
+        );
+        Err(ServeError::Unwritten {
+            rows: pending.rows(),
+            runs: pending.runs(),
+        })
+    });
+    Ok(Running {
+        api_addr,
+        onebot_addr,
+        shutdown,
+        task,
     })
+}
+
+/// The Redis publication and the presence registry, when Redis is configured.
+fn start_outputs(s: &Shared, tasks: &mut JoinSet<()>) -> Option<Publisher> {
+    let (redis, settings) = (s.redis.as_ref()?, s.config.redis.as_ref()?);
+    tasks.spawn(presence_registry::run(
+        redis.clone(),
+        s.presence.clone(),
+        s.clock,
+        s.presence_changed.subscribe(),
+        s.shutdown.clone(),
+    ));
+    let keys = Keys {
+        prefix: settings.prefix.0.clone(),
+    };
+    Some(Publisher::start(
+        redis.clone(),
+        s.view.clone(),
+        keys,
+        s.shutdown.clone(),
+    ))
+}
+
+/// Joins the federate pool, when one is configured and resolves.
+fn start_federate(
+    s: &Shared,
+    tasks: &mut JoinSet<()>,
+) -> Result<Option<Arc<Federate>>, ServeError> {
+    let Some(f) = &s.config.federate else {
+        return Ok(None);
+    };
+    let service_redis = s.config.redis.as_ref().map(|r| &r.url);
+    let pool = settings::resolve(f, service_redis)
+        .map_err(|e| FileError::new(&s.config.path, e.to_string()))?;
+    let Some(pool) = pool else {
+        info!("federate: off (no pool id, ingress off or control plane off)");
+        return Ok(None);
+    };
+    let pool_redis = match &s.redis {
+        Some(r) if service_redis == Some(&pool.redis_url) => r.clone(),
+        _ => Redis::connect(pool.redis_url.expose(), s.shutdown.clone())
+            .map_err(|e| anyhow::anyhow!("federate Redis {}: {e}", pool.redis_url))?,
+    };
+    let federate = Federate::new(
+        f,
+        pool,
+        pool_redis,
+        s.view.clone(),
+        s.presence.clone(),
+        s.clock,
+    );
+    tasks.spawn(
+        federate
+            .clone()
+            .run(s.presence_changed.subscribe(), s.shutdown.clone()),
+    );
+    Ok(Some(federate))
+}
+
+/// Binds the HTTP API and serves it; returns the bound address.
+async fn start_api(
+    s: &Shared,
+    api: Api,
+    bind: SocketAddr,
+    tasks: &mut JoinSet<()>,
+) -> Result<SocketAddr, ServeError> {
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("api.bind {bind}: {e}"))?;
+    let addr = listener.local_addr().map_err(anyhow::Error::from)?;
+    info!("API listening on http://{addr}");
+    let app = api::router(api, s.config.api.max_body_bytes.get() as usize);
+    tasks.spawn(api::serve(
+        listener,
+        app,
+        s.config.api.header_timeout.get(),
+        s.shutdown.clone(),
+    ));
+    Ok(addr)
+}
+
+/// Starts the OneBot source; returns the reverse server's address and what completes once
+/// the source has reported the fleet.
+async fn start_onebot(
+    s: &Shared,
+    federate: Option<&Arc<Federate>>,
+    fleet: &mpsc::Sender<FleetEvent>,
+    tasks: &mut JoinSet<()>,
+) -> Result<(Option<SocketAddr>, Option<impl Future<Output = ()> + use<>>), ServeError> {
+    let Some(settings) = s.config.sources.onebot.clone() else {
+        return Ok((None, None));
+    };
+    let (wait, reverse) = (settings.startup_wait.get(), settings.reverse.is_some());
+    let started = onebot::start(
+        settings,
+        fleet.clone(),
+        s.presence.clone(),
+        s.clock,
+        tasks,
+        s.shutdown.clone(),
+    )
+    .await
+    .map_err(anyhow::Error::from)?;
+    if let Some(f) = federate {
+        f.observe_group_admins(started.hub.clone());
+    }
+    let first_attempts = started.first_attempts;
+    let reported = async move {
+        // Forward bots are known once each has had its first attempt; bots that dial in come
+        // when they come, so with a reverse server wait the whole startupWait.
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = first_attempts.cancelled(), if !reverse => {}
+        }
+    };
+    Ok((started.reverse_addr, Some(reported)))
+}
+
+/// A sender for one source: its events reach the engine tagged with where they came from.
+fn tagged(
+    source: SourceId,
+    fleet: &mpsc::Sender<(SourceId, FleetEvent)>,
+    tasks: &mut JoinSet<()>,
+) -> mpsc::Sender<FleetEvent> {
+    let (tx, mut rx) = mpsc::channel(1024);
+    let fleet = fleet.clone();
+    tasks.spawn(async move {
+        while let Some(event) = rx.recv().await {
+            if fleet.send((source.clone(), event)).await.is_err() {
+                return;
+            }
+        }
+    });
+    tx
 }
 
 /// Validates every edit of the config file; a valid one goes to the engine, an invalid one is
 /// reported and ignored.
-async fn watch_config(path: PathBuf, control: mpsc::Sender<Control>, shutdown: CancellationToken) {
+async fn watch_config(
+    path: PathBuf,
+    control: mpsc::Sender<Control>,
+    status: watch::Sender<ReloadStatus>,
+    clock: Clock,
+    shutdown: CancellationToken,
+) {
     let current = std::fs::read(&path).ok();
     let mut watch = match FileWatch::new(&path, current) {
         Ok(w) => w,
@@ -273,18 +425,16 @@ async fn watch_config(path: PathBuf, control: mpsc::Sender<Control>, shutdown: C
             _ = shutdown.cancelled() => return,
             changed = watch.changed() => changed,
         };
-        let bytes = match changed {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                error!(
-                    "{}: cannot read ({e}); keeping the previous config",
-                    path.display()
-                );
-                continue;
-            }
-        };
-        match Config::parse_bytes(&path, &bytes) {
+        let parsed = changed
+            .map_err(|e| format!("{}: cannot read ({e})", path.display()))
+            .and_then(|bytes| Config::parse_bytes(&path, &bytes).map_err(|e| e.to_string()));
+        match parsed {
             Ok(config) => {
+                status.send_modify(|s| {
+                    s.reloads += 1;
+                    s.rejected = None;
+                    s.rejected_at = None;
+                });
                 if control
                     .send(Control::Config(Box::new(config)))
                     .await
@@ -293,7 +443,13 @@ async fn watch_config(path: PathBuf, control: mpsc::Sender<Control>, shutdown: C
                     return;
                 }
             }
-            Err(e) => error!("invalid config: {e}; keeping the previous config"),
+            Err(e) => {
+                error!("invalid config: {e}; keeping the previous config");
+                status.send_modify(|s| {
+                    s.rejected = Some(e);
+                    s.rejected_at = Some(clock.system_time());
+                });
+            }
         }
     }
 }

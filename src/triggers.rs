@@ -111,11 +111,8 @@ impl Cause {
 pub struct Causes(BTreeMap<Cause, usize>);
 
 impl Causes {
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn count(&self, cause: Cause) -> usize {
+    #[cfg(test)]
+    fn count(&self, cause: Cause) -> usize {
         self.0.get(&cause).copied().unwrap_or(0)
     }
 }
@@ -192,7 +189,7 @@ mod tests {
         assert_eq!(causes.count(Cause::ChannelJoined), 50);
         assert_eq!(causes.to_string(), "bot-offline, channel-joined ×50");
         assert_eq!(d.due(), None);
-        assert!(d.take().is_empty());
+        assert_eq!(d.take(), Causes::default());
     }
 
     #[tokio::test(start_paused = true)]

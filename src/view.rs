@@ -4,18 +4,51 @@
 //! "should this bot handle this message?" needs no database or Redis round trip.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use tokio::sync::broadcast;
 
 use crate::model::split_key;
 
-#[derive(Clone, Default)]
+/// Assignment changes a stream subscriber may fall behind by before it is cut off (and
+/// resyncs from a snapshot).
+const UPDATES_BUFFERED: usize = 1024;
+
+#[derive(Clone)]
 pub struct View {
     inner: Arc<RwLock<State>>,
+    /// Every assignment change, numbered: what `GET /v1/assignments/stream` follows.
+    updates: broadcast::Sender<Arc<Update>>,
 }
+
+impl Default for View {
+    fn default() -> Self {
+        View {
+            inner: Arc::default(),
+            updates: broadcast::channel(UPDATES_BUFFERED).0,
+        }
+    }
+}
+
+/// One change of the assignment: version `version` is version `version - 1` with these
+/// channels of `platform` given a new assignee (`None`: unassigned).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Update {
+    pub version: u64,
+    pub platform: String,
+    pub changes: Vec<(String, Option<String>)>,
+}
+
+/// Every platform's assignment (channel → bot).
+pub type Assignments = BTreeMap<String, BTreeMap<String, String>>;
 
 #[derive(Default)]
 struct State {
+    /// Bumped by every [`Update`].
+    version: u64,
     platforms: BTreeMap<String, PlatformView>,
+    last_run: Option<RunSummary>,
     excluded_full: HashSet<String>,
     excluded_short: HashSet<String>,
 }
@@ -28,6 +61,17 @@ struct PlatformView {
     bots: HashMap<Box<str>, bool>,
     /// Counts from the last plan.
     counts: PlatformCounts,
+}
+
+/// The last rebalance, for `GET /v1/status`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RunSummary {
+    /// Rebalances since the start; this is the `number`-th.
+    pub number: u64,
+    pub causes: String,
+    pub finished_at_ms: i64,
+    pub moved_forced: usize,
+    pub moved_voluntary: usize,
 }
 
 /// A platform's numbers after the last plan, for `GET /v1/status`.
@@ -47,12 +91,12 @@ pub struct PlatformCounts {
 }
 
 impl View {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, State> {
+        self.inner.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, State> {
+        self.inner.write()
     }
 
     /// Records assignee changes (`None`: unassigned).
@@ -63,18 +107,24 @@ impl View {
     ) {
         let mut state = self.write();
         let p = state.platforms.entry(platform.to_owned()).or_default();
+        let mut update = Vec::new();
         for (channel, bot) in changes {
             let old = match bot {
                 Some(bot) => p.assignee.insert(channel.into(), bot.into()),
                 None => p.assignee.remove(channel),
             };
+            if old.as_deref() == bot {
+                continue;
+            }
             if let Some(load) = old.and_then(|old| p.loads.get_mut(&old)) {
                 *load = load.saturating_sub(1);
             }
             if let Some(bot) = bot {
                 *p.loads.entry(bot.into()).or_insert(0) += 1;
             }
+            update.push((channel.to_owned(), bot.map(str::to_owned)));
         }
+        self.publish(&mut state, platform, update);
     }
 
     /// Replaces a platform's whole assignment.
@@ -83,19 +133,71 @@ impl View {
         platform: &str,
         assignment: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) {
-        {
-            let mut state = self.write();
-            let p = state.platforms.entry(platform.to_owned()).or_default();
-            p.assignee.clear();
-            p.loads.clear();
+        let assignment: HashMap<&str, &str> = assignment.into_iter().collect();
+        let gone: Vec<String> = {
+            let state = self.read();
+            state.platforms.get(platform).map_or_else(Vec::new, |p| {
+                p.assignee
+                    .keys()
+                    .filter(|c| !assignment.contains_key(&***c))
+                    .map(|c| c.to_string())
+                    .collect()
+            })
+        };
+        // The engine is the only writer: nothing changes between the read and the write.
+        let changes = gone
+            .iter()
+            .map(|c| (c.as_str(), None))
+            .chain(assignment.iter().map(|(c, b)| (*c, Some(*b))));
+        self.apply(platform, changes);
+    }
+
+    /// Numbers and sends an update while the state is locked for writing, so a subscriber
+    /// that took its snapshot under the read lock sees every later update exactly once.
+    fn publish(&self, state: &mut State, platform: &str, changes: Vec<(String, Option<String>)>) {
+        if changes.is_empty() {
+            return;
         }
-        self.apply(platform, assignment.into_iter().map(|(c, b)| (c, Some(b))));
+        state.version += 1;
+        // No subscribers is not an error.
+        let _ = self.updates.send(Arc::new(Update {
+            version: state.version,
+            platform: platform.to_owned(),
+            changes,
+        }));
+    }
+
+    /// The whole assignment at some version, and every update after it.
+    pub fn subscribe(&self) -> (u64, Assignments, broadcast::Receiver<Arc<Update>>) {
+        let state = self.read();
+        let receiver = self.updates.subscribe();
+        let assignments = state
+            .platforms
+            .iter()
+            .map(|(name, p)| {
+                let a = p
+                    .assignee
+                    .iter()
+                    .map(|(c, b)| (c.to_string(), b.to_string()))
+                    .collect();
+                (name.clone(), a)
+            })
+            .collect();
+        (state.version, assignments, receiver)
     }
 
     pub fn set_bot(&self, platform: &str, bot: &str, online: bool) {
         let mut state = self.write();
         let p = state.platforms.entry(platform.to_owned()).or_default();
         p.bots.insert(bot.into(), online);
+    }
+
+    pub fn set_last_run(&self, run: RunSummary) {
+        self.write().last_run = Some(run);
+    }
+
+    pub fn last_run(&self) -> Option<RunSummary> {
+        self.read().last_run.clone()
     }
 
     pub fn set_counts(&self, platform: &str, counts: PlatformCounts) {
@@ -240,5 +342,30 @@ mod tests {
         v.replace("onebot", [("c", "1")]);
         assert_eq!(v.assignment("onebot"), [("c".into(), "1".into())]);
         assert_eq!(v.bots("onebot")[0].2, 1);
+    }
+
+    #[test]
+    fn subscribers_see_every_update_after_their_snapshot_once() {
+        let v = View::default();
+        v.apply("onebot", [("a", Some("1")), ("b", Some("1"))]);
+        let (version, snapshot, mut updates) = v.subscribe();
+        assert_eq!(version, 1);
+        assert_eq!(snapshot["onebot"].len(), 2);
+        // A change to the same bot is no change and no update.
+        v.apply("onebot", [("a", Some("1")), ("b", Some("2"))]);
+        v.replace("onebot", [("b", "2"), ("c", "1")]);
+        let first = updates.try_recv().unwrap();
+        assert_eq!(
+            (first.version, first.changes.clone()),
+            (2, vec![("b".into(), Some("2".into()))])
+        );
+        let second = updates.try_recv().unwrap();
+        let mut changes = second.changes.clone();
+        changes.sort();
+        assert_eq!(
+            (second.version, changes),
+            (3, vec![("a".into(), None), ("c".into(), Some("1".into()))])
+        );
+        assert!(updates.try_recv().is_err());
     }
 }

@@ -1,19 +1,23 @@
-//! The federate layer end to end: two service binaries acting as two deployments of one
-//! pool on a real redis-server, asked about the same messages over HTTP.
+//! The federate layer end to end: two services started in process acting as two deployments
+//! of one pool on a real redis-server, asked about the same messages over HTTP. Their clocks
+//! start well inside a two-hour owner bucket, so no test ever waits for a boundary; the TTL
+//! test shortens the heartbeat TTL in the config it starts with.
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use auto_assign::coord::federate::claim::{CANDIDATE_PLUGIN, IngressClaims, Outcome, PLUGIN};
-use auto_assign::coord::federate::ring::{ring_index, stable_ring_index};
-use auto_assign::coord::redis::Redis;
-use auto_assign::coord::signature::Signature;
+use auto_assign::clock::Clock;
+use auto_assign::config::Config;
+use auto_assign::outputs::redis::Redis;
+use auto_assign::pallas::federate::claim::{CANDIDATE_PLUGIN, IngressClaims, Outcome, PLUGIN};
+use auto_assign::pallas::federate::ring::{ring_index, stable_ring_index};
+use auto_assign::pallas::signature::{Body, Signature, Time};
 use serde_json::{Value, json};
-use support::{RedisServer, Service, TempDir, eventually, get, post};
+use support::{InProcess, RedisServer, Service, TempDir, eventually, get, post};
 
 const WAIT: Duration = Duration::from_secs(30);
 const BOT_A: i64 = 1001;
@@ -23,18 +27,24 @@ const GROUPS: std::ops::RangeInclusive<i64> = 700_001..=700_024;
 /// The first eight are excluded on B: with respectAssignment only A is assigned them.
 const EXCLUDED_ON_B: std::ops::RangeInclusive<i64> = 700_001..=700_008;
 
+/// Every deployment's clock starts here: 60 s into a two-hour owner bucket.
+const T0: f64 = 1_800_000_060.0;
+
 struct Deployment {
-    service: Service,
+    service: InProcess,
     url: String,
     id: String,
     _dir: TempDir,
 }
 
 impl Deployment {
-    /// The service on `dir/config.yaml`, with the deployment id it persisted.
-    fn start(dir: TempDir) -> Deployment {
-        let service = Service::start(&dir.join("config.yaml"));
-        let url = service.api_url();
+    /// The service on `dir/config.yaml` (adjusted by `adjust`), with the deployment id it
+    /// persisted.
+    fn start(dir: TempDir, adjust: impl FnOnce(&mut Config)) -> Deployment {
+        let mut config = Config::load(&dir.join("config.yaml")).unwrap();
+        adjust(&mut config);
+        let service = InProcess::start_config(config, Clock::starting_at(T0));
+        let url = service.api.clone();
         let id = std::fs::read_to_string(dir.join("data/federate/deployment_id"))
             .unwrap()
             .trim()
@@ -50,6 +60,18 @@ impl Deployment {
 
 /// `extra` goes at the top level of the config, `federate_extra` into `federate:`.
 fn deployment(name: &str, bot: i64, redis: &str, extra: &str, federate_extra: &str) -> Deployment {
+    deployment_with(name, bot, redis, extra, federate_extra, |_| {})
+}
+
+/// [`deployment`], with the loaded config adjusted before the start.
+fn deployment_with(
+    name: &str,
+    bot: i64,
+    redis: &str,
+    extra: &str,
+    federate_extra: &str,
+    adjust: impl FnOnce(&mut Config),
+) -> Deployment {
     let dir = TempDir::new(name);
     let groups: Vec<String> = GROUPS.map(|g| g.to_string()).collect();
     let refresh = if federate_extra.contains("refreshInterval") {
@@ -85,7 +107,15 @@ federate:
 "
     );
     dir.write("config.yaml", &config);
-    Deployment::start(dir)
+    Deployment::start(dir, adjust)
+}
+
+/// A 3-second heartbeat TTL, so a deployment that dies without a goodbye is gone quickly
+/// (below what the config accepts: the check is for real pools).
+fn short_ttl(config: &mut Config) {
+    if let Some(f) = &mut config.federate {
+        f.heartbeat_ttl = auto_assign::yaml::AtLeast(3);
+    }
 }
 
 fn peers(d: &Deployment) -> Value {
@@ -128,29 +158,20 @@ fn ask(
     body
 }
 
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// Owners rotate every 7,200 s by wall clock; two deployments asked about one message a few
-/// milliseconds apart could straddle the boundary, so start a run well inside a bucket.
-fn clear_of_bucket_boundary(run: Duration) {
-    let left = 7200.0 - unix_now() % 7200.0;
-    if left < run.as_secs_f64() {
-        std::thread::sleep(Duration::from_secs_f64(left + 1.0));
-    }
-}
-
 /// Starts two deployments and waits until each sees the other with every group present.
 /// B excludes [`EXCLUDED_ON_B`].
 fn pool(redis: &RedisServer, federate_extra: &str) -> (Deployment, Deployment) {
-    let a = deployment("dep-a", BOT_A, &redis.url(), "", federate_extra);
+    let a = deployment_with("dep-a", BOT_A, &redis.url(), "", federate_extra, short_ttl);
     let excluded: Vec<String> = EXCLUDED_ON_B.map(|g| g.to_string()).collect();
     let b_extra = format!("excludeChannels: [{}]", excluded.join(", "));
-    let b = deployment("dep-b", BOT_B, &redis.url(), &b_extra, federate_extra);
+    let b = deployment_with(
+        "dep-b",
+        BOT_B,
+        &redis.url(),
+        &b_extra,
+        federate_extra,
+        short_ttl,
+    );
     assert_ne!(a.id, b.id);
     eventually("both rosters", WAIT, || {
         peer(&peers(&a), &b.id).is_some_and(|p| ids(&p["bot_ids"]) == BTreeSet::from([BOT_B]))
@@ -213,7 +234,7 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
         .cli(&["TTL", &format!("pallas:fed:pool-1:peer_bots:{}", a.id)])
         .parse()
         .unwrap();
-    assert!((50..=60).contains(&ttl), "heartbeat TTL {ttl}");
+    assert!((1..=3).contains(&ttl), "heartbeat TTL {ttl}");
     let b_assigned = ids(&peer(&peers(&a), &b.id).unwrap()["assigned_group_ids"]);
     assert!(b_assigned.iter().all(|g| !EXCLUDED_ON_B.contains(g)));
     assert_eq!(b_assigned.len(), GROUPS.count() - EXCLUDED_ON_B.count());
@@ -225,7 +246,6 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
 
     // 10,000 command-lane messages, both deployments asked about each. The owner's bot goes
     // through the 150 ms candidate round, so many messages are in flight at once.
-    clear_of_bucket_boundary(Duration::from_secs(180));
     let groups: Vec<i64> = GROUPS.collect();
     const WORKERS: i64 = 40;
     let results: Vec<(i64, bool, bool, String, String)> = std::thread::scope(|s| {
@@ -328,7 +348,15 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
         assert!(wa ^ wb, "chat message {i}: A {wa}, B {wb}");
     }
     let (g, i) = messages[0];
-    let key = Signature::new(g, 77, &format!("chat {i}"), 1_800_100_000 + i, true, true).key();
+    let key = Signature::new(
+        g,
+        77,
+        &format!("chat {i}"),
+        1_800_100_000 + i,
+        Body::Plaintext,
+        Time::Included,
+    )
+    .key();
     let holder = redis.cli(&[
         "GET",
         &format!("pallas:fed:pool-1:ingress:federate_ingress:{g}:{key}"),
@@ -376,27 +404,23 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
             && peer(&roster, "dep-x").is_some()
             && peer(&roster, &b.id).is_some()
     });
-    a.service.wait_for(
-        "ignoring malformed peer record pallas:fed:pool-1:peer_bots:broken",
-        1,
-        WAIT,
-    );
     let from_x = ask(&a, BOT_A, 700_010, 3001, "hi", 3, "chat");
     assert_eq!(from_x["reason"], "sent by a bot of another deployment");
     redis.cli(&["DEL", "pallas:fed:pool-1:peer_bots:dep-x"]);
 
-    // B stops without a goodbye (killed): A keeps it until its heartbeat expires.
+    // B stops without a goodbye (killed): A keeps it until its heartbeat expires (the TTL is
+    // 3 s here: the config check's 60 s minimum is for real pools).
     let b_id = b.id.clone();
-    drop(b);
+    b.service.kill();
     let killed = Instant::now();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(1500));
     assert!(peer(&peers(&a), &b_id).is_some(), "B lives until its TTL");
-    eventually("B's heartbeat expires", Duration::from_secs(90), || {
+    eventually("B's heartbeat expires", WAIT, || {
         peer(&peers(&a), &b_id).is_none()
     });
     assert!(
-        killed.elapsed() >= Duration::from_secs(50),
-        "gone after the 60 s TTL, not before"
+        killed.elapsed() >= Duration::from_millis(2500),
+        "gone after the 3 s TTL, not before"
     );
     for g in GROUPS {
         let r = ask(&a, BOT_A, g, 9, "牛牛帮助", 1_800_200_000, "command");
@@ -410,11 +434,10 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
 fn without_respect_assignment_owners_are_pure_upstream_and_a_clean_stop_leaves_at_once() {
     let redis = RedisServer::start();
     let (a, b) = pool(&redis, "  respectAssignment: false");
-    clear_of_bucket_boundary(Duration::from_secs(60));
     let mut ring = [a.id.clone(), b.id.clone()];
     ring.sort();
     for g in GROUPS {
-        let expected = &ring[ring_index(g, 2, unix_now(), 7200)];
+        let expected = &ring[ring_index(g, 2, T0, 7200)];
         let ra = ask(&a, BOT_A, g, 11, "牛牛帮助", 1_800_300_000, "command");
         let rb = ask(&b, BOT_B, g, 11, "牛牛帮助", 1_800_300_000, "command");
         let owner = if ra["handle"] == true { &a.id } else { &b.id };
@@ -426,7 +449,7 @@ fn without_respect_assignment_owners_are_pure_upstream_and_a_clean_stop_leaves_a
     let key = format!("pallas:fed:pool-1:peer_bots:{}", b.id);
     assert_eq!(redis.cli(&["EXISTS", &key]), "1");
     let b_id = b.id.clone();
-    assert!(b.service.stop().success());
+    b.service.stop().unwrap();
     assert_eq!(redis.cli(&["EXISTS", &key]), "0");
     eventually("B left the roster", Duration::from_secs(5), || {
         peer(&peers(&a), &b_id).is_none()
@@ -455,7 +478,15 @@ fn federate_claims_candidates_and_audit() {
         ));
         let b = IngressClaims::new(redis.clone(), "pallas:fed:pool-1", "dep-b", 86_400);
         let group = 733_291_779;
-        let key = Signature::new(group, 42, "牛牛帮助", 1_786_000_000, true, true).key();
+        let key = Signature::new(
+            group,
+            42,
+            "牛牛帮助",
+            1_786_000_000,
+            Body::Plaintext,
+            Time::Included,
+        )
+        .key();
 
         assert_eq!(a.claim(PLUGIN, group, key, "command").await, Outcome::Won);
         assert_eq!(
@@ -488,7 +519,15 @@ fn federate_claims_candidates_and_audit() {
         assert!(outcomes.iter().all(|o| o.won()), "{outcomes:?}");
 
         // Candidates: both register, the smaller bot claims under federate_ingress_v2.
-        let k2 = Signature::new(group, 43, "@牛牛 唱歌", 1_786_000_001, true, true).key();
+        let k2 = Signature::new(
+            group,
+            43,
+            "@牛牛 唱歌",
+            1_786_000_001,
+            Body::Plaintext,
+            Time::Included,
+        )
+        .key();
         let (ra, rb) = tokio::join!(
             a.candidate("command", 3_907_360_849, group, k2),
             b.candidate("llm_alias", 2_357_682_124, group, k2)
@@ -606,7 +645,7 @@ sources:
             redis.url()
         ),
     );
-    let d = Deployment::start(dir);
+    let d = Deployment::start(dir, |_| {});
     let id = d.id.clone();
     eventually("both bots online", WAIT, || {
         ids(&peers(&d)["local"]["online_bot_ids"]) == BTreeSet::from([5001, 5002])
@@ -775,12 +814,7 @@ fn heartbeats_within_a_second_of_redis_becoming_reachable() {
             redis.restart();
             let until = Instant::now() + WAIT;
             while redis.cli(&["EXISTS", &key]) != "1" {
-                assert!(
-                    Instant::now() < until,
-                    "no heartbeat {key}; keys {}; log:\n{}",
-                    redis.cli(&["KEYS", "*"]),
-                    d.service.log()
-                );
+                assert!(Instant::now() < until, "no heartbeat {key}");
                 std::thread::sleep(Duration::from_millis(5));
             }
             let delay = reachable.elapsed();

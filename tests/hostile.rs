@@ -17,7 +17,7 @@ fn config(onebot: &str, extra: &str) -> String {
         "balanceInterval: 600
 triggerDelays: {{startup: 0, botStatus: 0.2, botOnline: 0.2, botOffline: 0.2, channelJoined: 0.2, channelLeft: 0.2}}
 database: {{url: \"sqlite://state.db\"}}
-api: {{bind: \"127.0.0.1:0\"}}
+api: {{bind: \"127.0.0.1:API_PORT\"}}
 {extra}sources:
   onebot:
     actionTimeout: 5
@@ -28,12 +28,18 @@ api: {{bind: \"127.0.0.1:0\"}}
     )
 }
 
-fn serve(name: &str, config: &str) -> (TempDir, Db, Service) {
+/// The binary (its log is under test) on `config`, its API on a free port; returns the API's
+/// base URL too.
+fn serve(name: &str, config: &str) -> (TempDir, Db, Service, String) {
     let dir = TempDir::new(name);
-    let path = dir.write("config.yaml", config);
+    let port = free_port();
+    let path = dir.write(
+        "config.yaml",
+        &config.replace("API_PORT", &port.to_string()),
+    );
     let db = Db::Sqlite(dir.join("state.db"));
     let service = Service::start(&path);
-    (dir, db, service)
+    (dir, db, service, format!("http://127.0.0.1:{port}"))
 }
 
 fn committed(db: &Db, n: usize) {
@@ -48,7 +54,7 @@ fn committed(db: &Db, n: usize) {
 fn floods_from_a_bot_leave_a_bounded_log() {
     let sims = Sims::forward(&[(1001, 100001..=100004)]);
     let bot = sims.bot(1001);
-    let (_dir, db, service) = serve(
+    let (_dir, db, service, _api) = serve(
         "hostile-floods",
         &config(&format!("    connections:\n{}", sims.connections("")), ""),
     );
@@ -110,14 +116,19 @@ fn floods_from_a_bot_leave_a_bounded_log() {
 #[test]
 fn refused_handshakes_are_limited_per_address() {
     let port = free_port();
-    let (_dir, _db, service) = serve(
+    let (_dir, _db, service, api) = serve(
         "hostile-handshakes",
         &config(
             &format!("    reverse: {{bind: \"127.0.0.1:{port}\", accessToken: \"secret\"}}\n"),
             "",
         ),
     );
-    let api = service.api_url();
+    eventually("the API answering", WAIT, || {
+        support::http()
+            .get(&format!("{api}/healthz"))
+            .call()
+            .is_ok()
+    });
     let before = service.log().lines().count();
     let started = Instant::now();
     for i in 0..200 {
@@ -147,7 +158,7 @@ fn refused_handshakes_are_limited_per_address() {
 fn a_bot_reporting_new_groups_at_every_reconnect_costs_bounded_memory() {
     let sims = Sims::forward(&[(1001, 1..=15_000), (1002, 7..=7)]);
     let bot = sims.bot(1001);
-    let (_dir, db, service) = serve(
+    let (_dir, db, service, _api) = serve(
         "hostile-growth",
         &config(
             &format!(
@@ -158,7 +169,7 @@ fn a_bot_reporting_new_groups_at_every_reconnect_costs_bounded_memory() {
         ),
     );
     committed(&db, 1);
-    let api = service.api_url();
+    let api = _api;
     let rss = || support::rss_kib(service.pid());
     let mut rss_after = Vec::new();
     for round in 1..=8u64 {
@@ -196,7 +207,7 @@ fn a_bot_reporting_new_groups_at_every_reconnect_costs_bounded_memory() {
     let runs = db.history().len();
     bot.set_groups(500_001..=525_000);
     bot.disconnect();
-    service.wait_for("reported 25000 groups; only 20000 are used", 1, WAIT);
+    service.expect_log("reported 25000 groups; only 20000 are used");
     eventually("capped list assigned", WAIT, || db.history().len() > runs);
     let assigned = db
         .channels("onebot")
@@ -224,6 +235,6 @@ fn a_bot_reporting_new_groups_at_every_reconnect_costs_bounded_memory() {
             .iter()
             .any(|b| b["bot"] == "1002")
     });
-    service.wait_for("forgot", 1, WAIT);
+    service.expect_log("forgot");
     assert!(service.stop().success());
 }

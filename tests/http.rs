@@ -7,17 +7,17 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{FLEET, Service, TempDir, http, post};
+use support::{FLEET, InProcess, TempDir, http, post};
 
-fn service(dir: &TempDir) -> (Service, String) {
+fn service(dir: &TempDir) -> (InProcess, String) {
     dir.write("fleet.yaml", FLEET);
     let path = dir.write(
         "config.yaml",
         "database: {url: \"sqlite://state.db\"}\nsources: {file: fleet.yaml}\n\
          api: {bind: \"127.0.0.1:0\", maxBodyBytes: 65536, headerTimeout: 1}\n",
     );
-    let service = Service::start(&path);
-    let url = service.api_url();
+    let service = InProcess::start(&path);
+    let url = service.api.clone();
     (service, url)
 }
 

@@ -3,9 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use auto_assign::coord::eval::eval_line;
-use auto_assign::coord::federate::ring::{Local, PeerView};
-use auto_assign::coord::signature::{Signature, is_py_whitespace, normalize_plaintext};
+use auto_assign::pallas::eval::eval_line;
+use auto_assign::pallas::federate::ring::{Local, PeerView};
+use auto_assign::pallas::signature::{
+    Body, Signature, Time, is_py_whitespace, normalize_plaintext,
+};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -29,8 +31,16 @@ fn every_signature_and_key_vector_matches() {
             v["user_id"].as_i64().unwrap(),
             v["body"].as_str().unwrap(),
             v["message_time"].as_i64().unwrap(),
-            v["use_plaintext"].as_bool().unwrap(),
-            v["include_message_time"].as_bool().unwrap(),
+            if v["use_plaintext"].as_bool().unwrap() {
+                Body::Plaintext
+            } else {
+                Body::Raw
+            },
+            if v["include_message_time"].as_bool().unwrap() {
+                Time::Included
+            } else {
+                Time::Excluded
+            },
         );
         let got = if v["fn"] == "key" {
             Value::from(sig.key())
@@ -110,7 +120,7 @@ proptest! {
     /// Same inputs, same owner (pure), and the owner only changes at bucket boundaries.
     #[test]
     fn ring_index_is_stable_within_a_bucket(g in any::<i32>(), size in 1usize..12, period in 1i64..100_000, t in 0i64..2_000_000_000, dt in 0i64..100_000) {
-        use auto_assign::coord::federate::ring::ring_index;
+        use auto_assign::pallas::federate::ring::ring_index;
         let a = ring_index(g as i64, size, t as f64, period);
         prop_assert_eq!(a, ring_index(g as i64, size, t as f64, period));
         let u = t + dt;
@@ -263,9 +273,9 @@ proptest! {
     fn keys_ignore_whitespace_layout_but_not_content(s in text(), g in -1_000_000_000_000i64..1_000_000_000_000, u in 0i64..10_000_000_000) {
         let spaced = format!("\u{3000} {s}\u{1f}\n");
         prop_assert_eq!(
-            Signature::new(g, u, &s, 1, true, false).key(),
-            Signature::new(g, u, &spaced, 2, true, false).key()
+            Signature::new(g, u, &s, 1, Body::Plaintext, Time::Excluded).key(),
+            Signature::new(g, u, &spaced, 2, Body::Plaintext, Time::Excluded).key()
         );
-        prop_assert!(Signature::new(g, u, &s, 0, true, false).key() < 1 << 60);
+        prop_assert!(Signature::new(g, u, &s, 0, Body::Plaintext, Time::Excluded).key() < 1 << 60);
     }
 }

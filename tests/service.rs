@@ -1,13 +1,17 @@
-//! `auto-assign serve` end to end: the real binary, a real SQLite file or PostgreSQL server,
-//! real file edits. Delays are configured short (fractions of a second) so the tests run on
-//! real time without long sleeps.
+//! The service end to end: started in process (`service::start`) on a real SQLite file or
+//! PostgreSQL server with real file edits, its state read from the database and the API; the
+//! real binary where the process itself is under test (exit codes, signals, what it logs).
+//! Delays are configured short (fractions of a second) so the tests run on real time
+//! without long sleeps.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use support::{Db, FLEET, Postgres, Service, TempDir, eventually, fleet_with_offline};
+use support::{
+    Db, FLEET, InProcess, Postgres, Service, TempDir, eventually, fleet_with_offline, free_port,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -56,8 +60,7 @@ fn end_to_end(db: Db, dir: &TempDir) {
     );
     let config = dir.join("config.yaml");
 
-    let service = Service::start(&config);
-    service.wait_for("rebalance #1", 1, WAIT);
+    let service = InProcess::start(&config);
     committed(&db, 1);
     let first = db.channels("onebot");
     assert_eq!(first.len(), 12, "{first:?}");
@@ -83,7 +86,6 @@ fn end_to_end(db: Db, dir: &TempDir) {
     // Bot 1002 goes offline in the fleet file.
     let edited = Instant::now();
     dir.write("fleet.yaml", &fleet_with_offline(1002));
-    service.wait_for("rebalance #2", 1, WAIT);
     committed(&db, 2);
     assert!(
         edited.elapsed() >= Duration::from_millis(400),
@@ -100,13 +102,11 @@ fn end_to_end(db: Db, dir: &TempDir) {
     assert!(history[1].0.contains("bot-offline"), "{history:?}");
     assert_eq!((history[1].2, history[1].3), (4, 0));
 
-    assert!(service.stop().success());
+    service.stop().unwrap();
 
     // Restart with the same fleet: the stored assignment is the previous one, nothing moves.
-    let service = Service::start(&config);
-    service.wait_for("rebalance #1", 1, WAIT);
+    let service = InProcess::start(&config);
     committed(&db, 3);
-    service.wait_for("loaded 12 stored assignment(s)", 1, WAIT);
     let history = db.history();
     assert_eq!(history.len(), 3);
     assert_eq!(
@@ -115,7 +115,7 @@ fn end_to_end(db: Db, dir: &TempDir) {
         "restart moved channels: {history:?}"
     );
     assert_eq!(db.channels("onebot"), second);
-    assert!(service.stop().success());
+    service.stop().unwrap();
 }
 
 #[test]
@@ -141,15 +141,21 @@ fn postgres_first_assignment_offline_move_restart_and_outage() {
     end_to_end(db.clone(), &dir);
 
     // The database goes away while a rebalance needs writing: nothing is lost.
-    let service = Service::start(&dir.join("config.yaml"));
-    service.wait_for("rebalance #1", 1, WAIT);
+    let service = InProcess::start(&dir.join("config.yaml"));
     committed(&db, 4);
     pg.stop();
     dir.write("fleet.yaml", FLEET); // 1002 back online
-    service.wait_for("rebalance #2", 1, WAIT);
-    service.wait_for("retrying in", 1, WAIT);
+    service.wait_runs(2, WAIT);
+    let store = |service: &InProcess| {
+        support::get(&format!("{}/healthz", service.api), None).1["store"].clone()
+    };
+    eventually("the failed write reported", WAIT, || {
+        store(&service)["last_error"].is_string()
+    });
     pg.restart();
-    service.wait_for("database available again", 1, WAIT);
+    eventually("written after the outage", WAIT, || {
+        store(&service)["committed"] == true
+    });
     let rows = db.channels("onebot");
     assert_eq!(
         loads(&rows).values().copied().collect::<Vec<_>>(),
@@ -157,7 +163,7 @@ fn postgres_first_assignment_offline_move_restart_and_outage() {
         "{rows:?}"
     );
     assert_eq!(db.history().len(), 5);
-    assert!(service.stop().success());
+    service.stop().unwrap();
 }
 
 #[test]
@@ -166,8 +172,7 @@ fn hot_reload_of_priorities_and_rejected_edits() {
     dir.write("fleet.yaml", FLEET);
     let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
     let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&config_path);
-    service.wait_for("rebalance #1", 1, WAIT);
+    let service = InProcess::start(&config_path);
     committed(&db, 1);
     let before = db.channels("onebot")["100005"].clone();
     let target = if before == "1001" { "1002" } else { "1001" };
@@ -175,7 +180,6 @@ fn hot_reload_of_priorities_and_rejected_edits() {
     let pinned = format!("channelBotPriority:\n  \"onebot:100005\": [\"{target}\"]\n");
     let edited = Instant::now();
     dir.write("config.yaml", &config("sqlite://state.db", &pinned));
-    service.wait_for("rebalance #2 (config-changed)", 1, WAIT);
     committed(&db, 2);
     // The file must stay unchanged for a second before it is taken (editors write in steps).
     assert!(
@@ -183,59 +187,44 @@ fn hot_reload_of_priorities_and_rejected_edits() {
         "took {:?}",
         edited.elapsed()
     );
+    assert_eq!(db.history()[1].0, "config-changed");
     assert_eq!(db.channels("onebot")["100005"], target);
 
-    // Invalid edits are reported with the key or position, and change nothing.
-    dir.write(
-        "config.yaml",
-        &config("sqlite://state.db", "balanceInterval: 30\n").replace("balanceInterval: 600\n", ""),
+    // Invalid edits are reported with the key and position, stay "in force" in the API until
+    // a valid edit, and change nothing.
+    let rejected = |service: &InProcess| service.status()["config"]["rejected"].clone();
+    let reject = |text: String, expected: &str| {
+        dir.write("config.yaml", &text);
+        eventually(&format!("rejected: {expected}"), WAIT, || {
+            rejected(&service)
+                .as_str()
+                .is_some_and(|e| e.contains(expected))
+        });
+    };
+    reject(
+        config("sqlite://state.db", "balanceInterval: 30\n").replace("balanceInterval: 600\n", ""),
+        "config.yaml: balanceInterval: must be a number of seconds ≥ 60 (got 30) at line 6 column 18",
     );
-    service.wait_for(
-        "balanceInterval: must be a number of seconds ≥ 60 (got 30) at line 6 column 18; keeping the previous config",
-        1,
-        WAIT,
-    );
-    dir.write(
-        "config.yaml",
-        &config(
+    reject(
+        config(
             "sqlite://state.db",
             "channelBotPriority:\n  \"100005\": 1001\n",
         ),
-    );
-    service.wait_for(
         "channelBotPriority.100005: invalid type: integer `1001`, expected a sequence",
-        1,
-        WAIT,
     );
-    dir.write(
-        "config.yaml",
-        &config("sqlite://state.db", "excludeChannels: [100001\n"),
+    reject(
+        config("sqlite://state.db", "excludeChannels: [100001\n"),
+        "line ",
     );
-    service.wait_for("keeping the previous config", 3, WAIT);
-    let log = service.log();
-    let syntax = log
-        .lines()
-        .filter(|l| l.contains("keeping the previous config"))
-        .nth(2)
-        .unwrap();
-    assert!(
-        syntax.contains("config.yaml") && syntax.contains("line "),
-        "{syntax}"
-    );
-    let mut service = service;
-    assert!(service.is_running());
-    assert_eq!(
-        service.count("rebalance #"),
-        2,
-        "rejected edits triggered a run"
-    );
+    assert_eq!(service.runs(), 2, "rejected edits triggered a run");
+    assert_eq!(service.status()["config"]["reloads"], 1);
 
     // The previous config is still in force: the pin holds through the next rebalance.
     dir.write("fleet.yaml", &fleet_with_offline(1003));
-    service.wait_for("rebalance #3 (bot-offline)", 1, WAIT);
     committed(&db, 3);
+    assert_eq!(db.history()[2].0, "bot-offline");
     assert_eq!(db.channels("onebot")["100005"], target);
-    assert!(service.stop().success());
+    service.stop().unwrap();
 }
 
 #[test]
@@ -244,8 +233,7 @@ fn a_burst_of_joins_is_one_rebalance() {
     dir.write("fleet.yaml", FLEET);
     let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
     let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&config_path);
-    service.wait_for("rebalance #1", 1, WAIT);
+    let service = InProcess::start(&config_path);
     committed(&db, 1);
 
     // Bot 1003 joins 50 new channels in one edit.
@@ -257,17 +245,16 @@ fn a_burst_of_joins_is_one_rebalance() {
     );
     assert!(FLEET.contains(old));
     dir.write("fleet.yaml", &FLEET.replace(old, &new));
-    service.wait_for("rebalance #2 (channel-joined ×50)", 1, WAIT);
     committed(&db, 2);
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(service.count("rebalance #"), 2, "{}", service.log());
+    assert_eq!(service.runs(), 2);
     let history = db.history();
     assert_eq!(history.len(), 2);
     assert_eq!(history[1].0, "channel-joined ×50");
     let rows = db.channels("onebot");
     assert_eq!(rows.len(), 62);
     assert!(extra.iter().all(|c| rows[c] == "1003"));
-    assert!(service.stop().success());
+    service.stop().unwrap();
 }
 
 #[test]
@@ -278,9 +265,9 @@ fn cron_schedule_replaces_the_interval() {
         "config.yaml",
         &config("sqlite://state.db", "balanceCron: \"* * * * * *\"\n"),
     );
-    let service = Service::start(&config_path);
-    service.wait_for("(schedule)", 2, WAIT);
+    let service = InProcess::start(&config_path);
     let db = Db::Sqlite(dir.join("state.db"));
+    committed(&db, 3);
     let history = db.history();
     assert!(
         history
@@ -289,7 +276,7 @@ fn cron_schedule_replaces_the_interval() {
             .all(|h| h.0 == "schedule" && h.2 + h.3 == 0),
         "{history:?}"
     );
-    assert!(service.stop().success());
+    service.stop().unwrap();
 }
 
 #[test]
@@ -335,9 +322,17 @@ fn shutdown_during_a_rebalance_leaves_the_store_consistent() {
         "fleet.yaml",
         &format!("bots:\n  - {{id: 1, channels: [{list}]}}\n  - {{id: 2, channels: [{list}]}}\n  - {{id: 3, channels: [{list}]}}\n"),
     );
-    let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
+    let port = free_port();
+    let config_path = dir.write(
+        "config.yaml",
+        &config("sqlite://state.db", "").replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    );
+    // The binary, stopped by SIGTERM as soon as it answers (its first rebalance is running).
     let service = Service::start(&config_path);
-    service.wait_for("fleet file loaded", 1, WAIT);
+    let healthz = format!("http://127.0.0.1:{port}/healthz");
+    eventually("the API answering", WAIT, || {
+        support::http().get(&healthz).call().is_ok()
+    });
     let status = service.stop();
     assert!(status.success(), "{status:?}");
     let db = Db::Sqlite(dir.join("state.db"));
@@ -381,14 +376,12 @@ fn events_during_a_run_form_exactly_one_follow_up() {
     dir.write("fleet.yaml", &fleet(&[]));
     let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
     let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&config_path);
+    let service = InProcess::start(&config_path);
     // The first run writes 60,000 rows; edit the fleet three times while it does.
-    service.wait_for("fleet file loaded", 1, WAIT);
     for offline in [&[1][..], &[1, 2], &[1, 2, 3]] {
         dir.write("fleet.yaml", &fleet(offline));
         std::thread::sleep(Duration::from_millis(120));
     }
-    service.wait_for("rebalance #2", 1, WAIT);
     committed(&db, 2);
     std::thread::sleep(Duration::from_millis(1500));
     let history = db.history();
@@ -399,7 +392,7 @@ fn events_during_a_run_form_exactly_one_follow_up() {
         rows.values().all(|b| b == "4"),
         "all channels on the last online bot"
     );
-    assert!(service.stop().success());
+    service.stop().unwrap();
 }
 
 /// When the assignee leaves a channel nobody else is in, the row stops naming it after the
@@ -414,7 +407,7 @@ fn a_departed_assignee_is_unassigned_when_nobody_is_left() {
     dir.write("fleet.yaml", &alone);
     let config_path = dir.write("config.yaml", &config("sqlite://state.db", ""));
     let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&config_path);
+    let service = InProcess::start(&config_path);
     committed(&db, 1);
     assert_eq!(db.channels("onebot")["100013"], "1003");
     let left = Instant::now();
@@ -427,7 +420,7 @@ fn a_departed_assignee_is_unassigned_when_nobody_is_left() {
         left.elapsed()
     );
     assert_eq!(db.history()[1].0, "channel-left");
-    assert!(service.stop().success());
+    service.stop().unwrap();
 }
 
 /// Editors and `cp` write files in several steps. An empty config or fleet file, or half of
@@ -440,7 +433,7 @@ fn empty_or_half_written_files_are_never_applied() {
     let good = config("sqlite://state.db", excluded);
     let config_path = dir.write("config.yaml", &good);
     let db = Db::Sqlite(dir.join("state.db"));
-    let service = Service::start(&config_path);
+    let service = InProcess::start(&config_path);
     committed(&db, 1);
     let never_assigned = |db: &Db| {
         let rows = db.channels("onebot");
@@ -491,9 +484,23 @@ fn empty_or_half_written_files_are_never_applied() {
         "{first:?} → {rows:?}"
     );
     never_assigned(&db);
-    assert_eq!(service.count("config reloaded"), 0, "{}", service.log());
-    assert_eq!(service.count("the file is empty"), 0, "{}", service.log());
-    assert!(service.stop().success());
+    // Neither the empty config nor the empty fleet file was ever read as such: no reload,
+    // nothing rejected.
+    let config = &service.status()["config"];
+    assert_eq!(
+        (config["reloads"].as_u64(), &config["rejected"]),
+        (Some(0), &serde_json::Value::Null),
+        "{config}"
+    );
+    let (_, assignment) = support::get(
+        &format!("{}/v1/assignments/onebot/100005", service.api),
+        None,
+    );
+    assert_eq!(
+        (&assignment["assignee"], &assignment["excluded"]),
+        (&serde_json::Value::Null, &serde_json::Value::Bool(true))
+    );
+    service.stop().unwrap();
 }
 
 /// Passwords in URLs never reach a log line or an error: at start-up or on reload, for
@@ -525,19 +532,37 @@ fn passwords_never_reach_the_log() {
     assert_eq!(service.wait(WAIT).code(), Some(1), "{}", service.log());
     assert!(!service.log().contains("hunter2"), "{}", service.log());
 
-    // On reload.
+    // On reload: the rejected edit is reported in the API and the log, without the password
+    // (nor the API token).
+    let port = free_port();
+    let api = format!("api: {{bind: \"127.0.0.1:{port}\", token: hunter2}}\n");
     let path = dir.write(
         "config.yaml",
-        &config("sqlite://state.db", "api: {token: hunter2}\n")
-            .replace("api: {bind: \"127.0.0.1:0\"}\n", ""),
+        &config("sqlite://state.db", "").replace("api: {bind: \"127.0.0.1:0\"}\n", &api),
     );
     let service = Service::start(&path);
     committed(&Db::Sqlite(dir.join("state.db")), 1);
     dir.write(
         "config.yaml",
-        &config("postgresql+asyncpg://aa:hunter2@127.0.0.1:1/x", ""),
+        &config("postgresql+asyncpg://aa:hunter2@127.0.0.1:1/x", "")
+            .replace("api: {bind: \"127.0.0.1:0\"}\n", &api),
     );
-    service.wait_for("keeping the previous config", 1, WAIT);
+    let status = || {
+        support::get(
+            &format!("http://127.0.0.1:{port}/v1/status"),
+            Some("hunter2"),
+        )
+        .1
+    };
+    eventually("the edit rejected", WAIT, || {
+        status()["config"]["rejected"].is_string()
+    });
+    let rejected = status()["config"]["rejected"].as_str().unwrap().to_owned();
+    assert!(
+        rejected.contains("database.url") && rejected.contains("***"),
+        "{rejected}"
+    );
+    assert!(!rejected.contains("hunter2"), "{rejected}");
     assert!(!service.log().contains("hunter2"), "{}", service.log());
     assert!(service.stop().success());
 }
@@ -559,14 +584,32 @@ fn a_database_outage_never_holds_the_engine_and_a_stop_reports_what_was_lost() {
         ),
     );
     let db = Db::Postgres(url);
+    let port = free_port();
+    let path = dir.write(
+        "config.yaml",
+        &std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+    );
+    let api = format!("http://127.0.0.1:{port}");
     let mut service = Service::start(&path);
-    let api = service.api_url();
+    eventually("the API answering", WAIT, || {
+        support::http()
+            .get(&format!("{api}/healthz"))
+            .call()
+            .is_ok()
+    });
+    let runs = || {
+        support::get(&format!("{api}/v1/status"), None).1["last_run"]["number"]
+            .as_u64()
+            .unwrap_or(0)
+    };
     committed(&db, 1);
     pg.stop();
     for (n, fleet) in [(2, fleet_with_offline(1002)), (3, FLEET.to_owned())] {
         let edited = Instant::now();
         dir.write("fleet.yaml", &fleet);
-        service.wait_for(&format!("rebalance #{n}"), 1, WAIT);
+        eventually(&format!("rebalance #{n}"), WAIT, || runs() >= n);
         // The file settles for 1 s, then the delay (at most 0.4 s): never the pool's 5 s wait.
         assert!(
             edited.elapsed() < Duration::from_millis(3000),
@@ -638,9 +681,9 @@ fn restarts_move_nothing_with_either_strategy() {
             );
             let db = Db::Sqlite(dir.join("state.db"));
             for run in 1..=3 {
-                let service = Service::start(&path);
+                let service = InProcess::start(&path);
                 committed(&db, run);
-                assert!(service.stop().success());
+                service.stop().unwrap();
             }
             let history = db.history();
             assert!(history[0].1 > 0, "{history:?}");

@@ -450,6 +450,47 @@ mod tests {
         assert_eq!(loads(&plan), [96, 96, 96]);
     }
 
+    /// tests/certified.rs's smallest failure: g0, g1, g2 all start on b0, and g1 also has b1,
+    /// b2, b3. The first plan's initial placement puts g1 on b1 and keeps it there without ever
+    /// moving it. When b0 then leaves g0 and g2, only they may move: g1 was kept on b1, so
+    /// taking it back to b0 would be a voluntary move (Σ load² is 1 either way).
+    #[test]
+    fn a_replan_counts_moves_from_the_last_plan() {
+        let mut index = FleetIndex::new();
+        let p = index.platform_mut("onebot");
+        p.bot_online("b0", &["g0", "g1", "g2"]);
+        for bot in ["b1", "b2", "b3"] {
+            p.bot_online(bot, &["g1"]);
+        }
+        let b0 = p.find_bot("b0").unwrap();
+        for c in ["g0", "g1", "g2"] {
+            let c = p.find_channel(c).unwrap();
+            p.set_assignee(c, Some(b0));
+        }
+        p.take_journal();
+        let mut planner = Planner::new(Strategy::Optimal);
+        let first = planner.plan(&mut index, &Rules::default());
+        let p = index.platform("onebot").unwrap();
+        let (g0, g1, g2) = (
+            p.find_channel("g0").unwrap(),
+            p.find_channel("g1").unwrap(),
+            p.find_channel("g2").unwrap(),
+        );
+        assert_eq!(first.platforms[0].changes, [(g1, p.find_bot("b1"))]);
+
+        index.channel_left("onebot", "b0", "g0");
+        index.channel_left("onebot", "b0", "g2");
+        let scratch = plan(&index, &Rules::default(), Strategy::Optimal);
+        let replan = planner.plan(&mut index, &Rules::default());
+        for plan in [&scratch, &replan] {
+            let p = &plan.platforms[0];
+            let mut changes = p.changes.clone();
+            changes.sort_unstable();
+            assert_eq!(changes, [(g0, None), (g2, None)]);
+            assert_eq!((p.forced, p.voluntary, p.stats.sum_sq), (2, 0, 1));
+        }
+    }
+
     #[test]
     fn pins_exclusions_and_disabled_platforms() {
         let mut index = plugin_example(false);

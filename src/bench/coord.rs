@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use super::procs::{self, TermOnDrop, free_port};
-use crate::coord::claim::Claims;
-use crate::coord::redis::Redis;
+use crate::outputs::redis::Redis;
+use crate::pallas::claim::Claims;
+use crate::testkit::procs::{self, TermOnDrop, free_port};
 
 const CLIENTS: usize = 16;
 const DURATION: Duration = Duration::from_secs(3);

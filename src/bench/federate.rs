@@ -11,9 +11,9 @@ use indexmap::IndexMap;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::coord::federate::claim::{IngressClaims, PLUGIN};
-use crate::coord::federate::ring::{Local, PeerView};
-use crate::coord::redis::Redis;
+use crate::outputs::redis::Redis;
+use crate::pallas::federate::claim::{IngressClaims, PLUGIN};
+use crate::pallas::federate::ring::{Local, PeerView};
 
 const PEERS: usize = 10;
 const PRESENT: usize = 10_000;

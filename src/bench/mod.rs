@@ -5,11 +5,10 @@
 //! Peak RSS is the process's high-water mark during the call (reset through
 //! `/proc/self/clear_refs` before it), so it includes the fleet index itself.
 
-pub mod coord;
-pub mod federate;
-pub mod fleets;
-pub mod onebot;
-pub mod procs;
+mod coord;
+mod federate;
+mod fleets;
+mod onebot;
 
 use std::time::{Duration, Instant};
 
@@ -45,19 +44,20 @@ pub struct Args {
     pub redis: Option<String>,
 }
 
-pub fn run(args: &Args) {
+/// Runs the measurements; `false` when one failed or a check did not hold (the planner's
+/// incremental answer against the from-scratch one), so the command can exit non-zero.
+pub fn run(args: &Args) -> bool {
     if args.coord {
-        if let Err(e) = coord::run(args.redis.as_deref()) {
-            eprintln!("error: {e:#}");
-        }
-        return;
+        return coord::run(args.redis.as_deref())
+            .inspect_err(|e| eprintln!("error: {e:#}"))
+            .is_ok();
     }
     if args.onebot {
-        if let Err(e) = onebot::run(args.bots, args.groups, args.seed) {
-            eprintln!("error: {e:#}");
-        }
-        return;
+        return onebot::run(args.bots, args.groups, args.seed)
+            .inspect_err(|e| eprintln!("error: {e:#}"))
+            .is_ok();
     }
+    let mut all_held = true;
     if cfg!(debug_assertions) {
         println!("note: debug build; run `cargo run --release -- bench` for meaningful times");
     }
@@ -72,8 +72,9 @@ pub fn run(args: &Args) {
         let started = Instant::now();
         let fleet = make(args.seed);
         let generated = started.elapsed();
-        bench_fleet(fleet, generated);
+        all_held &= bench_fleet(fleet, generated);
     }
+    all_held
 }
 
 struct Measured<T> {
@@ -94,7 +95,8 @@ fn measure<T>(f: impl FnOnce() -> T) -> Measured<T> {
     }
 }
 
-fn bench_fleet(mut fleet: Fleet, generated: Duration) {
+/// Whether every check held.
+fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     let p = fleet.index.platform(PLATFORM).expect("fleet platform");
     let online = (0..p.bot_count() as BotIx)
         .filter(|&b| p.is_online(b))
@@ -130,7 +132,7 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) {
     let mut planner = Planner::new(Strategy::Optimal);
     let primed = planner.plan(&mut fleet.index, &fleet.rules);
     let Some(bot) = mid_sized_bot(&primed) else {
-        return;
+        return true;
     };
     let p = fleet.index.platform(PLATFORM).expect("fleet platform");
     let bot_name = p.bot_id(bot).to_owned();
@@ -142,24 +144,25 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) {
     let load = p.load(bot);
 
     fleet.index.bot_offline(PLATFORM, &bot_name);
-    replan(
+    let offline = replan(
         &mut fleet,
         &mut planner,
         &format!("bot {bot_name} (load {load}) offline"),
         full,
     );
     fleet.index.bot_online(PLATFORM, &bot_name, &channels);
-    replan(
+    let back = replan(
         &mut fleet,
         &mut planner,
         &format!("bot {bot_name} back online"),
         full,
     );
+    offline && back
 }
 
 /// Times an incremental re-plan and checks its moves against a from-scratch plan of the same
-/// state, whose move count is the exact minimum.
-fn replan(fleet: &mut Fleet, planner: &mut Planner, what: &str, full: Duration) {
+/// state, whose move count is the exact minimum. Returns whether they agree.
+fn replan(fleet: &mut Fleet, planner: &mut Planner, what: &str, full: Duration) -> bool {
     let exact = balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal);
     let incremental = measure(|| planner.plan(&mut fleet.index, &fleet.rules));
     let (e, i) = (
@@ -188,6 +191,7 @@ fn replan(fleet: &mut Fleet, planner: &mut Planner, what: &str, full: Duration) 
             "✗ MISMATCH"
         },
     );
+    e.voluntary == i.voluntary && e.forced == i.forced && i.stats.sum_sq == e.stats.sum_sq
 }
 
 /// The bot with the median load among bots that have channels.

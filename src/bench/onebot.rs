@@ -13,8 +13,8 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::procs::TermOnDrop;
-use crate::sim::SimBot;
+use crate::testkit::procs::TermOnDrop;
+use crate::testkit::sim::SimBot;
 
 pub fn run(bots: usize, groups_per_bot: usize, seed: u64) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::FleetEvent;
+use super::{FleetEvent, Origin};
 use crate::watch::FileWatch;
 use crate::yaml::FileError;
 
@@ -147,7 +147,7 @@ impl Fleet {
                     platform,
                     bot,
                     channels: channels.iter().cloned().collect(),
-                    status: false,
+                    origin: Origin::Connection,
                 }),
                 Some((false, _)) => {}
                 None => events.push(offline(platform, bot)),
@@ -167,7 +167,7 @@ fn offline(platform: String, bot: String) -> FleetEvent {
         platform,
         bot,
         reason: "fleet file".to_owned(),
-        status: false,
+        origin: Origin::Connection,
     }
 }
 
@@ -244,7 +244,7 @@ mod tests {
                     platform: "discord".into(),
                     bot: "4".into(),
                     channels: vec![],
-                    status: false
+                    origin: Origin::Connection
                 },
                 FleetEvent::ChannelLeft {
                     platform: p(),
@@ -261,7 +261,7 @@ mod tests {
                     platform: p(),
                     bot: "3".into(),
                     channels: vec!["a".into()],
-                    status: false
+                    origin: Origin::Connection
                 },
             ]
         );

@@ -2,6 +2,8 @@
 //! nothing else.
 
 pub mod file;
+pub mod http;
+pub mod merge;
 pub mod onebot;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +18,9 @@ pub struct Settings {
     /// Live OneBot v11 connections.
     #[serde(default)]
     pub onebot: Option<onebot::Settings>,
+    /// Fleet reporters over the HTTP API (the Koishi and NoneBot plugins).
+    #[serde(default)]
+    pub http: Option<http::Settings>,
 }
 
 impl Settings {
@@ -38,15 +43,14 @@ pub enum FleetEvent {
         platform: String,
         bot: String,
         channels: Vec<String>,
-        /// A change of the bot's status (health, login) rather than of its connection.
-        status: bool,
+        origin: Origin,
     },
     BotOffline {
         platform: String,
         bot: String,
         /// Why, for the log: "connection lost", "no heartbeat for 3 intervals", ...
         reason: String,
-        status: bool,
+        origin: Origin,
     },
     ChannelJoined {
         platform: String,
@@ -58,6 +62,14 @@ pub enum FleetEvent {
         bot: String,
         channel: String,
     },
+}
+
+/// What changed: the bot's connection, or its status (health, login) on a live connection.
+/// They have their own trigger delays (`botOnline`/`botOffline`, `botStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    Connection,
+    Status,
 }
 
 impl FleetEvent {

@@ -2,7 +2,9 @@
 //! (it can be told to fail like a database that is down, or one that rejects the rows).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use super::{Batch, Failure, RunRecord, Store, StoreError};
 
@@ -21,8 +23,8 @@ struct State {
 }
 
 impl MemoryStore {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Every commit from now on fails this way (`None`: succeeds).

@@ -6,7 +6,8 @@
 //! * [`writer`]: the task that commits beside the engine, merging and retrying while the
 //!   database is away, so planning never waits for it.
 
-pub mod memory;
+#[cfg(test)]
+mod memory;
 pub mod sql;
 pub mod writer;
 

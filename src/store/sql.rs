@@ -14,12 +14,20 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Store, StoreError};
+use crate::clock::Clock;
 
 /// Rows per UPSERT statement (5 parameters each, far below both databases' limits).
 const CHUNK: usize = 1000;
 
 #[derive(Clone, Debug)]
-pub enum SqlStore {
+pub struct SqlStore {
+    pool: Pool,
+    /// `createdAt` of new rows.
+    clock: Clock,
+}
+
+#[derive(Clone, Debug)]
+enum Pool {
     Sqlite(SqlitePool),
     Postgres(PgPool),
 }
@@ -27,9 +35,9 @@ pub enum SqlStore {
 /// Runs the same code for either pool type.
 macro_rules! on_pool {
     ($store:expr, $pool:ident => $body:expr) => {
-        match $store {
-            SqlStore::Sqlite($pool) => $body,
-            SqlStore::Postgres($pool) => $body,
+        match &$store.pool {
+            Pool::Sqlite($pool) => $body,
+            Pool::Postgres($pool) => $body,
         }
     };
 }
@@ -39,7 +47,7 @@ const UPSERT_TAIL: &str = " ON CONFLICT (id, platform) DO UPDATE SET assignee = 
 
 impl SqlStore {
     /// Connects (creating an SQLite file and its directory if needed) and migrates.
-    pub async fn connect(db: &DatabaseUrl) -> anyhow::Result<SqlStore> {
+    pub async fn connect(db: &DatabaseUrl, clock: Clock) -> anyhow::Result<SqlStore> {
         match db {
             DatabaseUrl::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -62,7 +70,10 @@ impl SqlStore {
                     .run(&pool)
                     .await
                     .context("migrating the SQLite database")?;
-                Ok(SqlStore::Sqlite(pool))
+                Ok(SqlStore {
+                    pool: Pool::Sqlite(pool),
+                    clock,
+                })
             }
             DatabaseUrl::Postgres(url) => {
                 let pool = PgPoolOptions::new()
@@ -75,7 +86,10 @@ impl SqlStore {
                     .run(&pool)
                     .await
                     .context("migrating the PostgreSQL database")?;
-                Ok(SqlStore::Postgres(pool))
+                Ok(SqlStore {
+                    pool: Pool::Postgres(pool),
+                    clock,
+                })
             }
         }
     }
@@ -132,7 +146,7 @@ fn store_error(e: sqlx::Error) -> StoreError {
 impl SqlStore {
     /// Writes a batch in one transaction.
     async fn commit_batch(&self, batch: &Batch) -> Result<(), sqlx::Error> {
-        let now_ms = now_ms();
+        let now_ms = self.clock.unix_ms();
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             for chunk in batch.writes.chunks(CHUNK) {
@@ -205,10 +219,4 @@ fn guild_id(w: &ChannelWrite) -> String {
     } else {
         String::new()
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

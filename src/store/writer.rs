@@ -16,6 +16,7 @@ use tracing::{error, info, warn};
 
 use super::{Batch, Failure, Pending, Store};
 use crate::backoff::{Backoff, Jitter};
+use crate::clock::Clock;
 
 /// What the writer is doing, for `/healthz` and the API.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -64,10 +65,10 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(120);
 impl Writer {
     /// Starts the writing task; on [`Writer::finish`] it flushes for at most
     /// `shutdown_timeout`.
-    pub fn start<S: Store>(store: S, shutdown_timeout: Duration) -> Writer {
+    pub fn start<S: Store>(store: S, shutdown_timeout: Duration, clock: Clock) -> Writer {
         let (tx, rx) = mpsc::unbounded_channel();
         let (status_tx, status) = watch::channel(WriteStatus::default());
-        let task = tokio::spawn(run(store, rx, status_tx, shutdown_timeout));
+        let task = tokio::spawn(run(store, rx, status_tx, shutdown_timeout, clock));
         Writer { tx, status, task }
     }
 
@@ -94,6 +95,7 @@ async fn run<S: Store>(
     mut rx: mpsc::UnboundedReceiver<Batch>,
     status: watch::Sender<WriteStatus>,
     shutdown_timeout: Duration,
+    clock: Clock,
 ) -> Unwritten {
     let mut pending = Pending::default();
     let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
@@ -113,10 +115,10 @@ async fn run<S: Store>(
             pending.merge(batch);
         }
         if retry_at.is_some() || pending.is_empty() {
-            publish(&status, &pending, None);
+            publish(&status, &pending, None, clock);
             continue;
         }
-        match commit(&store, &mut pending, &status, COMMIT_TIMEOUT).await {
+        match commit(&store, &mut pending, &status, COMMIT_TIMEOUT, clock).await {
             Ok(()) => {
                 let failures = backoff.succeed();
                 if failures > 0 {
@@ -153,7 +155,7 @@ async fn run<S: Store>(
         if left.is_zero() {
             break;
         }
-        match commit(&store, &mut pending, &status, left).await {
+        match commit(&store, &mut pending, &status, left, clock).await {
             Ok(()) => last_error = None,
             Err((_, message)) => {
                 last_error = Some(message);
@@ -178,6 +180,7 @@ async fn commit<S: Store>(
     pending: &mut Pending,
     status: &watch::Sender<WriteStatus>,
     limit: Duration,
+    clock: Clock,
 ) -> Result<(), (Failure, String)> {
     let batch = pending.take();
     // While it is in flight the batch is still pending, as far as anyone asking can tell.
@@ -196,17 +199,17 @@ async fn commit<S: Store>(
         Ok(()) => {
             status.send_modify(|s| {
                 s.commits += 1;
-                s.last_commit = Some(SystemTime::now());
+                s.last_commit = Some(clock.system_time());
                 s.last_error = None;
                 s.failure = None;
                 s.failing_since = None;
             });
-            publish(status, pending, None);
+            publish(status, pending, None, clock);
             Ok(())
         }
         Err(e) => {
             pending.restore(batch);
-            publish(status, pending, Some((e.kind, e.message.clone())));
+            publish(status, pending, Some((e.kind, e.message.clone())), clock);
             Err((e.kind, e.message))
         }
     }
@@ -216,13 +219,14 @@ fn publish(
     status: &watch::Sender<WriteStatus>,
     pending: &Pending,
     failure: Option<(Failure, String)>,
+    clock: Clock,
 ) {
     status.send_modify(|s| {
         s.pending_rows = pending.rows();
         s.pending_runs = pending.runs();
         if let Some((kind, message)) = failure {
             if s.failing_since.is_none() {
-                s.failing_since = Some(SystemTime::now());
+                s.failing_since = Some(clock.system_time());
             }
             s.failure = Some(kind);
             s.last_error = Some(message);
@@ -262,7 +266,7 @@ mod tests {
     async fn an_outage_merges_and_retries_without_losing_anything() {
         let store = MemoryStore::default();
         store.set_failing(Some(Failure::Outage));
-        let writer = Writer::start(store.clone(), Duration::from_secs(10));
+        let writer = Writer::start(store.clone(), Duration::from_secs(10), Clock::system());
         let mut status = writer.status();
         writer.submit(batch(&[("a", "1"), ("b", "1")], 1));
         status.wait_for(|s| s.last_error.is_some()).await.unwrap();
@@ -290,7 +294,7 @@ mod tests {
     async fn a_stop_during_an_outage_reports_what_was_not_written() {
         let store = MemoryStore::default();
         store.set_failing(Some(Failure::Rejected));
-        let writer = Writer::start(store.clone(), Duration::from_secs(5));
+        let writer = Writer::start(store.clone(), Duration::from_secs(5), Clock::system());
         let mut status = writer.status();
         writer.submit(batch(&[("a", "1")], 7));
         status.wait_for(|s| s.failure.is_some()).await.unwrap();

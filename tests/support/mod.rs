@@ -66,9 +66,112 @@ impl Drop for TempDir {
     }
 }
 
+/// The service started in this process (`service::start`), on its own runtime: tests learn
+/// its addresses from it, and its state from the API and the database, never from a log.
+pub struct InProcess {
+    rt: Option<tokio::runtime::Runtime>,
+    running: Option<auto_assign::service::Running>,
+    /// `http://127.0.0.1:port` of the API.
+    pub api: String,
+    /// The reverse OneBot server's address, if configured.
+    pub onebot: Option<std::net::SocketAddr>,
+}
+
+impl InProcess {
+    /// Starts on the config file at `path` with the system clock; panics if it cannot.
+    pub fn start(path: &Path) -> InProcess {
+        Self::try_start(path, auto_assign::clock::Clock::system())
+            .unwrap_or_else(|e| panic!("the service did not start: {e}"))
+    }
+
+    pub fn try_start(
+        path: &Path,
+        clock: auto_assign::clock::Clock,
+    ) -> Result<InProcess, auto_assign::service::ServeError> {
+        let config = auto_assign::config::Config::load(path)?;
+        Self::try_start_config(config, clock)
+    }
+
+    /// Starts on a config built (or adjusted) by the test.
+    pub fn start_config(
+        config: auto_assign::config::Config,
+        clock: auto_assign::clock::Clock,
+    ) -> InProcess {
+        Self::try_start_config(config, clock)
+            .unwrap_or_else(|e| panic!("the service did not start: {e}"))
+    }
+
+    fn try_start_config(
+        config: auto_assign::config::Config,
+        clock: auto_assign::clock::Clock,
+    ) -> Result<InProcess, auto_assign::service::ServeError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let running = rt.block_on(auto_assign::service::start(config, clock))?;
+        let api = running
+            .api_addr
+            .map(|a| format!("http://{a}"))
+            .unwrap_or_default();
+        let onebot = running.onebot_addr;
+        Ok(InProcess {
+            rt: Some(rt),
+            running: Some(running),
+            api,
+            onebot,
+        })
+    }
+
+    /// A clean stop; `Err` when writes were lost.
+    pub fn stop(mut self) -> Result<(), auto_assign::service::ServeError> {
+        let running = self.running.take().expect("running");
+        running.stop();
+        self.rt.as_ref().unwrap().block_on(running.stopped())
+    }
+
+    /// Ends it like a crash (SIGKILL): every task dropped, no goodbye, no flush.
+    pub fn kill(mut self) {
+        self.running.take();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// `GET /v1/status`.
+    pub fn status(&self) -> serde_json::Value {
+        get(&format!("{}/v1/status", self.api), None).1
+    }
+
+    /// The number of rebalances run so far.
+    pub fn runs(&self) -> u64 {
+        self.status()["last_run"]["number"].as_u64().unwrap_or(0)
+    }
+
+    /// Waits until at least `n` rebalances have run.
+    pub fn wait_runs(&self, n: u64, timeout: Duration) {
+        eventually(&format!("{n} rebalance(s)"), timeout, || self.runs() >= n);
+    }
+
+    /// Runs `f` on the service's runtime (for tokio-based helpers).
+    pub fn block_on<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        self.rt.as_ref().unwrap().block_on(f)
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let (Some(running), Some(rt)) = (self.running.take(), self.rt.as_ref()) {
+            running.stop();
+            let _ = rt.block_on(running.stopped());
+        }
+    }
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    auto_assign::bench::procs::free_port().unwrap()
+    auto_assign::testkit::procs::free_port().unwrap()
 }
 
 /// The `auto-assign` binary running `serve`, with its log captured.
@@ -133,6 +236,13 @@ impl Service {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Asserts that the service reports `needle` in its log (it may take a moment to arrive
+    /// through the pipe). For what the service *says*; states are learnt from the API or the
+    /// database.
+    pub fn expect_log(&self, needle: &str) {
+        self.wait_for(needle, 1, Duration::from_secs(30));
     }
 
     pub fn is_running(&mut self) -> bool {
@@ -311,7 +421,20 @@ fn find_pg_bin(name: &str) -> PathBuf {
             return p;
         }
     }
+    installed(name, "postgresql");
     PathBuf::from(name)
+}
+
+/// Stops the test with what to install when a server the tests need is missing, rather than
+/// with a spawn error deep in a helper.
+pub fn installed(program: &str, package: &str) {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
+    assert!(
+        on_path,
+        "`{program}` is not installed: the tests start their own servers. Install it \
+         (`apt-get install {package}`) or run `scripts/test.sh`, which installs what they need."
+    );
 }
 
 /// The service's database, read the way an operator would.
@@ -415,7 +538,7 @@ pub fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 /// Simulated OneBot bots on their own runtime (so tests can block while they keep talking).
 pub struct Sims {
     pub rt: tokio::runtime::Runtime,
-    pub bots: Vec<auto_assign::sim::SimBot>,
+    pub bots: Vec<auto_assign::testkit::sim::SimBot>,
     /// Forward-mode urls, in `bots` order (empty for bots that only dial).
     pub urls: Vec<String>,
 }
@@ -431,7 +554,7 @@ impl Sims {
         let mut bots = Vec::new();
         let mut urls = Vec::new();
         for (id, groups) in specs {
-            let bot = auto_assign::sim::SimBot::new(*id, groups.clone());
+            let bot = auto_assign::testkit::sim::SimBot::new(*id, groups.clone());
             bot.set_heartbeat_interval(Duration::from_millis(200));
             urls.push(rt.block_on(bot.listen()).unwrap());
             bots.push(bot);
@@ -439,7 +562,7 @@ impl Sims {
         Sims { rt, bots, urls }
     }
 
-    pub fn bot(&self, id: u64) -> &auto_assign::sim::SimBot {
+    pub fn bot(&self, id: u64) -> &auto_assign::testkit::sim::SimBot {
         self.bots
             .iter()
             .find(|b| b.id() == id)
@@ -460,19 +583,6 @@ impl Drop for Sims {
         for bot in &self.bots {
             bot.stop();
         }
-    }
-}
-
-impl Service {
-    /// The API's base url, from the "API listening on" log line.
-    pub fn api_url(&self) -> String {
-        self.wait_for("API listening on http://", 1, Duration::from_secs(30));
-        let log = self.log();
-        let line = log
-            .lines()
-            .find(|l| l.contains("API listening on http://"))
-            .unwrap();
-        line[line.find("http://").unwrap()..].trim().to_owned()
     }
 }
 
@@ -504,7 +614,8 @@ impl RedisServer {
     /// Starts (again) on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();
-        let child = auto_assign::bench::procs::redis_server(self.port)
+        installed("redis-server", "redis-server");
+        let child = auto_assign::testkit::procs::redis_server(self.port)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -64,9 +64,9 @@ pub(crate) struct Exchange {
     e_slot: Vec<u32>,
     free: Vec<u32>,
     placed_channels: usize,
-    // channels moved since the last `take_moved`
-    moved: Vec<u32>,
-    moved_mark: Vec<bool>,
+    // channels that may sit away from their home, since the last `take_displaced`
+    displaced: Vec<u32>,
+    displaced_mark: Vec<bool>,
 }
 
 impl Exchange {
@@ -97,8 +97,8 @@ impl Exchange {
             e_slot: Vec::with_capacity(entries),
             free: Vec::new(),
             placed_channels: 0,
-            moved: Vec::new(),
-            moved_mark: vec![false; channels],
+            displaced: Vec::new(),
+            displaced_mark: vec![false; channels],
         }
     }
 
@@ -115,7 +115,7 @@ impl Exchange {
             self.at.resize(channels, NIL);
             self.home.resize(channels, NIL);
             self.first.resize(channels, NIL);
-            self.moved_mark.resize(channels, false);
+            self.displaced_mark.resize(channels, false);
         }
     }
 
@@ -206,6 +206,11 @@ impl Exchange {
                 self.link(e, at, m, self.kind_of(channel, at, m));
             }
         }
+        // Placed away from home without ever moving (a full plan's first placement, a channel
+        // waiting on the source): the list must know, or the channel keeps a stale home.
+        if at != home {
+            self.displace(channel);
+        }
     }
 
     /// Removes a channel from the graph (it has no valid bot any more).
@@ -242,10 +247,7 @@ impl Exchange {
             }
             e = self.e_sib[e as usize];
         }
-        if !self.moved_mark[c] {
-            self.moved_mark[c] = true;
-            self.moved.push(channel);
-        }
+        self.displace(channel);
     }
 
     /// Makes `home` the channel's home, re-filing its arcs under their new kinds.
@@ -255,6 +257,9 @@ impl Exchange {
             return;
         }
         self.home[c] = home;
+        if home != self.at[c] {
+            self.displace(channel);
+        }
         let at = self.at[c];
         let mut e = self.first[c];
         while e != NIL {
@@ -300,13 +305,23 @@ impl Exchange {
         }
     }
 
-    /// Channels moved since the last call.
-    pub(crate) fn take_moved(&mut self) -> Vec<u32> {
-        let moved = std::mem::take(&mut self.moved);
-        for &c in &moved {
-            self.moved_mark[c as usize] = false;
+    /// Channels that may sit away from their home: moved, inserted elsewhere or given another
+    /// home since the last call. Every other channel in the graph is at its home, so a caller
+    /// that re-homes the returned channels has every channel at home without a full scan.
+    pub(crate) fn take_displaced(&mut self) -> Vec<u32> {
+        let displaced = std::mem::take(&mut self.displaced);
+        for &c in &displaced {
+            self.displaced_mark[c as usize] = false;
         }
-        moved
+        displaced
+    }
+
+    fn displace(&mut self, channel: u32) {
+        let c = channel as usize;
+        if !self.displaced_mark[c] {
+            self.displaced_mark[c] = true;
+            self.displaced.push(channel);
+        }
     }
 
     fn new_entry(&mut self, channel: u32, node: u32) -> u32 {
@@ -461,10 +476,27 @@ mod tests {
             ex.remove(0);
             assert_eq!(arcs(&ex, SOURCE), []);
             assert_eq!(ex.channels_in_graph(), 0);
-            let mut moved = ex.take_moved();
-            moved.sort();
-            assert_eq!(moved, [0]);
+            let mut displaced = ex.take_displaced();
+            displaced.sort();
+            assert_eq!(displaced, [0]);
         }
+    }
+
+    #[test]
+    fn channels_away_from_home_are_listed_until_re_homed() {
+        let mut ex = Exchange::new(4, 3, 8);
+        ex.insert(0, &[1, 2], 1, 1); // at home
+        ex.insert(1, &[1, 2], 1, 2); // placed away from home, never moved
+        ex.insert(2, &[2, 3], NIL, 3); // no home yet
+        let mut displaced = ex.take_displaced();
+        displaced.sort();
+        assert_eq!(displaced, [1, 2]);
+        for &c in &displaced {
+            ex.set_home(c, ex.at(c));
+        }
+        assert!(ex.take_displaced().is_empty());
+        ex.set_home(0, 2);
+        assert_eq!(ex.take_displaced(), [0]);
     }
 
     #[test]

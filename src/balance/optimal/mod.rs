@@ -13,6 +13,14 @@
 //! The state survives the plan: an incremental re-plan applies the index's journal (bots gone or
 //! back, memberships changed), restores the flow invariant locally and routes only the
 //! difference, so its cost follows the size of the change, not of the fleet.
+//!
+//! Between plans every channel in the graph sits at its *home*. The planner applies each plan to
+//! the index, so the next plan's previous assignment is the last plan's placement, and moves must
+//! be counted from there: a channel left with an older home would see a −1 arc back to it and
+//! could be "returned" there at no apparent cost, a needless move. Re-homing is safe at any
+//! time, since it only raises arc costs (every arc of a channel at home costs +1, the most), so
+//! the potentials stay valid; and it is cheap, since the exchange graph lists the channels that
+//! may be away from home ([`Exchange::take_displaced`]).
 
 mod exchange;
 mod flow;
@@ -25,7 +33,8 @@ use crate::balance::Outcome;
 use crate::balance::rules::Resolved;
 use crate::index::{BotIx, ChanIx, Journal, Members, PlatformIndex};
 
-/// The reusable solver state of one platform.
+/// The reusable solver state of one platform. Between plans every channel in the graph is at
+/// its home, the index's assignee once the plan is applied.
 pub(crate) struct State {
     ex: Exchange,
     flow: Flow,
@@ -121,7 +130,7 @@ impl State {
             flow.settle(&mut ex);
         }
         let mut state = State { ex, flow };
-        state.rehome(has_previous);
+        state.rehome();
         let assignment = state.assignment();
         (state, assignment)
     }
@@ -171,7 +180,7 @@ impl State {
         }
 
         self.flow.settle(&mut self.ex);
-        changed.extend(self.rehome(false));
+        changed.extend(self.rehome());
         changed.sort_unstable();
         changed.dedup();
         let placed = self.ex.channels_in_graph();
@@ -288,24 +297,19 @@ impl State {
         flow.pot[v as usize] = last.map_or(floor, |p| p.max(floor));
     }
 
-    /// The plan is final: every moved channel's current place becomes its home, and with
-    /// `all_unhomed` also that of channels that had no previous assignee. Returns the moved
-    /// channels.
-    fn rehome(&mut self, all_unhomed: bool) -> Vec<u32> {
-        let moved = self.ex.take_moved();
-        for &c in &moved {
+    /// The plan is final and becomes the next one's previous assignment: every channel's current
+    /// place becomes its home. Only channels the graph lists as displaced can be elsewhere: moved
+    /// by this plan, but also placed away from home without a move (a full plan's first
+    /// placement, which phases A and B may keep). Returns them: the only channels whose
+    /// assignee may have changed.
+    fn rehome(&mut self) -> Vec<u32> {
+        let displaced = self.ex.take_displaced();
+        for &c in &displaced {
             if self.ex.contains(c) {
                 self.ex.set_home(c, self.ex.at(c));
             }
         }
-        if all_unhomed {
-            for c in 0..self.ex.channel_capacity() as u32 {
-                if self.ex.contains(c) && self.ex.home(c) == NIL {
-                    self.ex.set_home(c, self.ex.at(c));
-                }
-            }
-        }
-        moved
+        displaced
     }
 
     fn placed_on(&self, c: ChanIx) -> Option<BotIx> {

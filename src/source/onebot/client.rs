@@ -53,7 +53,7 @@ pub async fn run(hub: Arc<Hub>, target: Forward, first: Arc<Ticket>, shutdown: C
                 } else {
                     let e = ended
                         .error
-                        .unwrap_or_else(|| "connection closed".to_owned());
+                        .map_or_else(|| "connection closed".to_owned(), |e| e.to_string());
                     outage.report(&target.url, &e);
                     backoff.fail()
                 }

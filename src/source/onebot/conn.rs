@@ -8,8 +8,10 @@
 //! costs bounded memory and never blocks the answers the session is waiting for.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -172,11 +174,7 @@ impl Conn {
             }
             reader.closed.cancel();
             // Dropping the senders tells every waiting caller the connection is gone.
-            reader
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear();
+            reader.pending.lock().clear();
         });
         (conn, events)
     }
@@ -192,25 +190,21 @@ impl Conn {
     }
 
     pub fn label(&self) -> String {
-        self.label.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.label.lock().clone()
     }
 
     pub fn set_label(&self, label: String) {
-        *self.label.lock().unwrap_or_else(|e| e.into_inner()) = label;
+        *self.label.lock() = label;
     }
 
     /// Repeated warnings about this connection are counted against `subject` from now on.
     pub fn set_subject(&self, subject: String) {
-        *self.subject.lock().unwrap_or_else(|e| e.into_inner()) = subject;
+        *self.subject.lock() = subject;
     }
 
     /// A warning of `class` about this connection, limited per subject (bot or address).
     pub fn warn(&self, class: &'static str, line: impl FnOnce() -> String) {
-        let subject = self
-            .subject
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let subject = self.subject.lock().clone();
         self.log
             .warn(class, &subject, || format!("{}: {}", self.label(), line()));
     }
@@ -224,20 +218,14 @@ impl Conn {
     ) -> Result<Value, CallError> {
         let echo = format!("aa-{}", self.next_echo.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(echo.clone(), tx);
+        self.pending.lock().insert(echo.clone(), tx);
         let frame = Message::text(protocol::request(action, params, &echo));
         let result = tokio::time::timeout(timeout, async {
             self.out.send(frame).await.map_err(|_| CallError::Closed)?;
             rx.await.map_err(|_| CallError::Closed)
         })
         .await;
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&echo);
+        self.pending.lock().remove(&echo);
         match result {
             Err(_) => Err(CallError::Timeout(timeout)),
             Ok(Err(e)) => Err(e),
@@ -264,12 +252,10 @@ impl Conn {
     }
 
     fn route(&self, r: Response) {
-        let waiter = r.echo.as_str().and_then(|echo| {
-            self.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(echo)
-        });
+        let waiter = r
+            .echo
+            .as_str()
+            .and_then(|echo| self.pending.lock().remove(echo));
         if let Some(waiter) = waiter {
             let _ = waiter.send(r);
         }

@@ -7,8 +7,10 @@
 //! list becomes joins and leaves relative to the last one.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -16,9 +18,10 @@ use tracing::{info, warn};
 
 use super::conn::Conn;
 use super::settings::Settings;
+use crate::clock::Clock;
 use crate::logs::Limiter;
 use crate::presence::Presence;
-use crate::source::FleetEvent;
+use crate::source::{FleetEvent, Origin};
 
 pub const PLATFORM: &str = "onebot";
 const ADMIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -27,6 +30,7 @@ const ADMIN_RETRY: Duration = Duration::from_secs(60);
 pub struct Hub {
     pub settings: Settings,
     pub presence: Presence,
+    pub clock: Clock,
     events: mpsc::Sender<FleetEvent>,
     bots: Mutex<HashMap<String, BotState>>,
     /// Repeated warnings about bots and addresses, limited.
@@ -62,11 +66,13 @@ impl Hub {
         settings: Settings,
         presence: Presence,
         events: mpsc::Sender<FleetEvent>,
+        clock: Clock,
     ) -> Arc<Hub> {
         let concurrency = settings.health.concurrency.get() as usize;
         Arc::new(Hub {
             settings,
             presence,
+            clock,
             events,
             bots: Mutex::default(),
             log: Arc::default(),
@@ -77,7 +83,7 @@ impl Hub {
     }
 
     fn with<T>(&self, bot: &str, f: impl FnOnce(&mut BotState) -> T) -> T {
-        let mut bots = self.bots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bots = self.bots.lock();
         f(bots.entry(bot.to_owned()).or_default())
     }
 
@@ -146,10 +152,10 @@ impl Hub {
                     "connection lost for more than {:?}",
                     hub.settings.offline_grace.get()
                 );
-                hub.offline(&bot, &reason, false).await;
+                hub.offline(&bot, &reason, Origin::Connection).await;
                 // Nothing left to remember but a quarantine: the state of a bot that may
                 // never come back (or never existed: reverse clients name themselves) goes.
-                let mut bots = hub.bots.lock().unwrap_or_else(|e| e.into_inner());
+                let mut bots = hub.bots.lock();
                 if bots.get(&bot).is_some_and(|s| {
                     s.generation == generation && s.session.is_none() && !s.quarantined
                 }) {
@@ -159,14 +165,9 @@ impl Hub {
         });
     }
 
-    /// Whether `generation` is still the bot's current connection.
-    pub fn is_current(&self, bot: &str, generation: u64) -> bool {
-        self.with(bot, |s| s.generation == generation)
-    }
-
     /// Counts a routine event (a join, a leave, an admin change) for the minute's summary.
     pub fn routine(&self, kind: RoutineEvent) {
-        let mut r = self.routine.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.routine.lock();
         match kind {
             RoutineEvent::Joined => r.joins += 1,
             RoutineEvent::Left => r.leaves += 1,
@@ -187,7 +188,7 @@ impl Hub {
                 _ = shutdown.cancelled() => true,
                 _ = tokio::time::sleep(Duration::from_secs(60)) => false,
             };
-            let r = std::mem::take(&mut *self.routine.lock().unwrap_or_else(|e| e.into_inner()));
+            let r = std::mem::take(&mut *self.routine.lock());
             if r.joins + r.leaves + r.admin_changes > 0 {
                 info!(
                     "{PLATFORM}: {} group join(s), {} leave(s), {} admin change(s) of the bots themselves since the last summary",
@@ -202,7 +203,7 @@ impl Hub {
     }
 
     /// The bot is online with this group list: online if it was not, else joins and leaves.
-    pub async fn online(&self, bot: &str, groups: Vec<String>, status: bool) {
+    pub async fn online(&self, bot: &str, groups: Vec<String>, origin: Origin) {
         let reported = groups.len();
         let mut fresh: BTreeSet<String> = groups.into_iter().collect();
         let cap = self.settings.max_groups_per_bot.get() as usize;
@@ -227,7 +228,7 @@ impl Hub {
                     platform: PLATFORM.to_owned(),
                     bot: bot.to_owned(),
                     channels: fresh.into_iter().collect(),
-                    status,
+                    origin,
                 }];
             }
             let left = old.difference(&fresh).map(|g| FleetEvent::ChannelLeft {
@@ -245,12 +246,12 @@ impl Hub {
         self.presence.update(PLATFORM, bot, |p| {
             p.online = true;
             p.groups = count;
-            p.last_group_refresh = Some(SystemTime::now());
+            p.last_group_refresh = Some(self.clock.system_time());
         });
         self.send(events).await;
     }
 
-    pub async fn offline(&self, bot: &str, reason: &str, status: bool) {
+    pub async fn offline(&self, bot: &str, reason: &str, origin: Origin) {
         let was = self.with(bot, |s| {
             // Its groups are asked again when it is back: nothing to keep meanwhile.
             s.groups.clear();
@@ -264,7 +265,7 @@ impl Hub {
                 platform: PLATFORM.to_owned(),
                 bot: bot.to_owned(),
                 reason: reason.to_owned(),
-                status,
+                origin,
             }])
             .await;
         }
@@ -324,7 +325,7 @@ impl Hub {
     /// shared across calls, each given at most 2 s); a failed ask is not repeated for a minute.
     pub async fn group_admins(&self, group: &str, probes: &mut usize) -> Option<BTreeSet<i64>> {
         let bots: Vec<(String, Option<bool>, Option<Conn>)> = {
-            let all = self.bots.lock().unwrap_or_else(|e| e.into_inner());
+            let all = self.bots.lock();
             all.iter()
                 .filter(|(_, s)| s.reported_online && s.conn.is_some() && s.groups.contains(group))
                 .map(|(bot, s)| {
@@ -417,6 +418,17 @@ impl Hub {
     }
 }
 
+impl crate::pallas::federate::GroupAdmins for Hub {
+    fn group_admins<'a>(
+        &'a self,
+        group: &'a str,
+        probes: &'a mut usize,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<BTreeSet<i64>>> + Send + 'a>>
+    {
+        Box::pin(Hub::group_admins(self, group, probes))
+    }
+}
+
 /// Routine events, summarised once a minute.
 #[derive(Default)]
 struct Routine {
@@ -459,7 +471,7 @@ impl Countdown {
     }
 
     pub fn tick(&self) {
-        let mut r = self.remaining.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.remaining.lock();
         *r = r.saturating_sub(1);
         if *r == 0 {
             self.done.cancel();

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use settings::Settings;
 
+use crate::clock::Clock;
 use crate::presence::Presence;
 use crate::source::FleetEvent;
 
@@ -34,6 +35,8 @@ pub struct OneBot {
     /// Cancelled when every forward connection has made its first attempt (its bot reported,
     /// or the attempt failed).
     pub first_attempts: CancellationToken,
+    /// Where the reverse server listens, if configured.
+    pub reverse_addr: Option<std::net::SocketAddr>,
 }
 
 /// Starts the reverse server (if configured) and every forward connection.
@@ -41,6 +44,7 @@ pub async fn start(
     settings: Settings,
     events: mpsc::Sender<FleetEvent>,
     presence: Presence,
+    clock: Clock,
     tasks: &mut JoinSet<()>,
     shutdown: CancellationToken,
 ) -> std::io::Result<OneBot> {
@@ -53,12 +57,13 @@ pub async fn start(
         })?),
         None => None,
     };
-    let hub = hub::Hub::new(settings.clone(), presence, events);
+    let reverse_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+    let hub = hub::Hub::new(settings.clone(), presence, events, clock);
     tasks.spawn(hub.clone().run_log(shutdown.clone()));
     if let (Some(listener), Some(reverse)) = (listener, settings.reverse.clone()) {
         tracing::info!(
             "reverse OneBot server listening on ws://{}{}",
-            reverse.bind,
+            reverse_addr.unwrap_or(reverse.bind),
             reverse.path
         );
         tasks.spawn(server::run(
@@ -81,5 +86,6 @@ pub async fn start(
     Ok(OneBot {
         hub,
         first_attempts: countdown.done.clone(),
+        reverse_addr,
     })
 }

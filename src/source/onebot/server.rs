@@ -4,7 +4,9 @@
 //! a second connection with the same `X-Self-ID` replaces the first.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use subtle::ConstantTimeEq;
 use tokio::net::{TcpListener, TcpStream};
@@ -73,7 +75,7 @@ async fn accept(
         move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
             match check(request, &settings) {
                 Ok(self_id) => {
-                    *claimed.lock().unwrap_or_else(|e| e.into_inner()) = Some(self_id);
+                    *claimed.lock() = Some(self_id);
                     Ok(response)
                 }
                 Err((status, why)) => {
@@ -104,7 +106,7 @@ async fn accept(
     {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
-            if claimed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            if claimed.lock().is_some() {
                 hub.log
                     .warn("failed handshake", &peer.ip().to_string(), || {
                         format!("reverse OneBot connection from {peer}: handshake failed: {e}")
@@ -120,7 +122,7 @@ async fn accept(
             return;
         }
     };
-    let self_id = claimed.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let self_id = claimed.lock().take();
     let label = format!(
         "onebot:{} (reverse from {peer})",
         self_id.as_deref().unwrap_or("?")

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -11,19 +11,48 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::conn::Conn;
+use super::conn::{CallError, Conn};
 use super::hub::{Attach, Hub, PLATFORM, RoutineEvent, Ticket};
-use super::protocol::{self, Event};
+use super::protocol::{self, Event, FrameError};
 use super::settings::HEARTBEAT_MISSES;
 use crate::logs::cut;
 use crate::presence::ConnectionMode;
+use crate::source::Origin;
 
 /// How a session ended.
 pub struct Ended {
     /// The bot logged in and reported its groups (so a redial may be immediate).
     pub established: bool,
     /// Why it ended, when that is worth a log line.
-    pub error: Option<String>,
+    pub error: Option<SessionError>,
+}
+
+/// Why a session ended (or never started).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// An answer to no request refused us (NapCat's and LLOneBot's wrong token).
+    #[error("authentication failed (retcode {0}): check accessToken")]
+    Rejected(i64),
+    #[error("{action} {error}")]
+    Call {
+        action: &'static str,
+        error: CallError,
+    },
+    #[error("{action}: {error}")]
+    Answer {
+        action: &'static str,
+        error: FrameError,
+    },
+    #[error("X-Self-ID {claimed} but get_login_info says {actual}")]
+    WrongSelfId { claimed: String, actual: String },
+    #[error("connection closed")]
+    Closed,
+    #[error("connection closed while standing by")]
+    ClosedStandingBy,
+    #[error("still failing its status probe while quarantined")]
+    StillQuarantined,
+    #[error("quarantined; connection reset")]
+    Quarantined,
 }
 
 /// What a session is started with besides its connection.
@@ -62,7 +91,7 @@ async fn run_inner(
     start: Start,
     shutdown: CancellationToken,
     established: &mut bool,
-) -> Result<(), String> {
+) -> Result<(), SessionError> {
     let Start {
         mode,
         claimed,
@@ -72,18 +101,25 @@ async fn run_inner(
     let timeout = hub.settings.action_timeout.get();
     let login = match conn.call("get_login_info", json!({}), timeout).await {
         Ok(login) => login,
-        Err(e) => {
+        Err(error) => {
             return Err(match conn.rejected() {
-                Some(retcode) => {
-                    format!("authentication failed (retcode {retcode}): check accessToken")
-                }
-                None => format!("get_login_info {e}"),
+                Some(retcode) => SessionError::Rejected(retcode),
+                None => SessionError::Call {
+                    action: "get_login_info",
+                    error,
+                },
             });
         }
     };
-    let bot = protocol::id(&login, "user_id").map_err(|e| format!("get_login_info: {e}"))?;
+    let bot = protocol::id(&login, "user_id").map_err(|error| SessionError::Answer {
+        action: "get_login_info",
+        error,
+    })?;
     if let Some(claimed) = claimed.filter(|c| *c != bot) {
-        return Err(format!("X-Self-ID {claimed} but get_login_info says {bot}"));
+        return Err(SessionError::WrongSelfId {
+            claimed,
+            actual: bot,
+        });
     }
     let nickname = crate::logs::truncate(
         login
@@ -106,7 +142,7 @@ async fn run_inner(
     hub.presence.update(PLATFORM, &bot, |p| {
         p.connected = true;
         p.mode = Some(mode.clone());
-        p.connected_at = Some(SystemTime::now());
+        p.connected_at = Some(hub.clock.system_time());
         p.nickname = nickname;
     });
     let mut s = Session {
@@ -133,8 +169,8 @@ async fn take_turn(
     events: &mut mpsc::Receiver<Event>,
     first: &Option<Arc<Ticket>>,
     shutdown: &CancellationToken,
-) -> Result<Option<u64>, String> {
-    let mut standing_by = false;
+) -> Result<Option<u64>, SessionError> {
+    let mut standing_by = StandingBy::new(hub, bot);
     loop {
         let vacancy = hub.vacancy(bot);
         let vacated = vacancy.notified();
@@ -142,7 +178,7 @@ async fn take_turn(
         vacated.as_mut().enable();
         let current = match hub.attach(bot, session.clone(), conn.clone()) {
             Attach::Current(generation) => {
-                if standing_by {
+                if standing_by.is() {
                     info!("{}: takes over as the bot's connection", conn.label());
                 }
                 return Ok(Some(generation));
@@ -169,8 +205,8 @@ async fn take_turn(
             hub.evict(bot, &current);
             continue;
         }
-        if !standing_by {
-            standing_by = true;
+        if !standing_by.is() {
+            standing_by.start();
             info!(
                 "{}: the bot is already connected ({}); this connection stands by",
                 conn.label(),
@@ -183,11 +219,11 @@ async fn take_turn(
         loop {
             tokio::select! {
                 _ = &mut vacated => break,
-                _ = conn.closed() => return Err("connection closed while standing by".to_owned()),
+                _ = conn.closed() => return Err(SessionError::ClosedStandingBy),
                 _ = shutdown.cancelled() => return Ok(None),
                 // Nothing of a standby connection is acted on; its events are drained.
                 event = events.recv() => if event.is_none() {
-                    return Err("connection closed while standing by".to_owned());
+                    return Err(SessionError::ClosedStandingBy);
                 },
             }
         }
@@ -196,6 +232,45 @@ async fn take_turn(
 
 /// Nicknames are cut to this many characters before they are stored and served.
 pub const MAX_NICKNAME_CHARS: usize = 64;
+
+/// Counts this connection in the bot's presence while it stands by (and no longer once it
+/// takes over, closes or the session ends, whichever way).
+struct StandingBy<'a> {
+    hub: &'a Hub,
+    bot: &'a str,
+    counted: bool,
+}
+
+impl<'a> StandingBy<'a> {
+    fn new(hub: &'a Hub, bot: &'a str) -> Self {
+        StandingBy {
+            hub,
+            bot,
+            counted: false,
+        }
+    }
+
+    fn is(&self) -> bool {
+        self.counted
+    }
+
+    fn start(&mut self) {
+        self.counted = true;
+        self.hub
+            .presence
+            .update(PLATFORM, self.bot, |p| p.standby_connections += 1);
+    }
+}
+
+impl Drop for StandingBy<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.hub.presence.update(PLATFORM, self.bot, |p| {
+                p.standby_connections = p.standby_connections.saturating_sub(1)
+            });
+        }
+    }
+}
 
 /// How long the current connection of a bot may take to answer when another one arrives.
 const STANDBY_CHECK: Duration = Duration::from_secs(5);
@@ -217,15 +292,15 @@ impl Session {
         first: Option<Arc<Ticket>>,
         after_outage: Option<String>,
         established: &mut bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), SessionError> {
         let settings = self.hub.settings.clone();
         if self.hub.is_quarantined(&self.bot) {
             // Pallas's rule: a quarantined bot that reconnects must pass a probe first.
             if !self.probe().await {
-                return Err("still failing its status probe while quarantined".to_owned());
+                return Err(SessionError::StillQuarantined);
             }
         }
-        self.refresh(false).await?;
+        self.refresh(Origin::Connection).await?;
         *established = true;
         match after_outage {
             Some(after) => info!("{}: connected {after}", self.conn.label()),
@@ -241,9 +316,9 @@ impl Session {
         loop {
             tokio::select! {
                 _ = session.cancelled() => return Ok(()),
-                _ = self.conn.closed() => return Err("connection closed".to_owned()),
+                _ = self.conn.closed() => return Err(SessionError::Closed),
                 event = events.recv() => {
-                    let Some(event) = event else { return Err("connection closed".to_owned()) };
+                    let Some(event) = event else { return Err(SessionError::Closed) };
                     if let Some(due) = self.handle(event).await? {
                         heartbeat_due = Some(due);
                     }
@@ -253,7 +328,7 @@ impl Session {
                     self.logged_out = true;
                     let reason = format!("no heartbeat for {HEARTBEAT_MISSES} intervals");
                     warn!("{}: {reason}", self.conn.label());
-                    self.hub.offline(&self.bot, &reason, true).await;
+                    self.hub.offline(&self.bot, &reason, Origin::Status).await;
                 }
                 _ = sleep_until(next_refresh) => {
                     next_refresh = Instant::now() + settings.group_list_refresh.get();
@@ -266,8 +341,8 @@ impl Session {
                 _ = sleep_until(next_probe) => {
                     next_probe = Instant::now() + settings.health.probe_interval.get();
                     if !self.probe().await && self.hub.is_quarantined(&self.bot) {
-                        self.hub.offline(&self.bot, "quarantined: status probes failing", true).await;
-                        return Err("quarantined; connection reset".to_owned());
+                        self.hub.offline(&self.bot, "quarantined: status probes failing", Origin::Status).await;
+                        return Err(SessionError::Quarantined);
                     }
                 }
             }
@@ -279,14 +354,14 @@ impl Session {
     }
 
     /// Acts on one event; returns the new heartbeat deadline when it was a heartbeat.
-    async fn handle(&mut self, event: Event) -> Result<Option<Instant>, String> {
+    async fn handle(&mut self, event: Event) -> Result<Option<Instant>, SessionError> {
         match event {
             Event::Heartbeat {
                 interval_ms,
                 online,
             } => {
                 self.hub.presence.update(PLATFORM, &self.bot, |p| {
-                    p.last_heartbeat = Some(SystemTime::now())
+                    p.last_heartbeat = Some(self.hub.clock.system_time())
                 });
                 if online == Some(false) {
                     if !self.logged_out {
@@ -296,7 +371,7 @@ impl Session {
                             self.conn.label()
                         );
                         self.hub
-                            .offline(&self.bot, "heartbeat status.online = false", true)
+                            .offline(&self.bot, "heartbeat status.online = false", Origin::Status)
                             .await;
                     }
                 } else if self.logged_out {
@@ -337,7 +412,7 @@ impl Session {
                     format!("bot_offline notice: {}", cut(&message))
                 });
                 self.hub
-                    .offline(&self.bot, "bot_offline notice", true)
+                    .offline(&self.bot, "bot_offline notice", Origin::Status)
                     .await;
             }
             Event::Lifecycle { .. } | Event::Other => {}
@@ -346,26 +421,32 @@ impl Session {
     }
 
     /// Fetches the group list and reports the bot online with it.
-    async fn refresh(&mut self, status: bool) -> Result<(), String> {
+    async fn refresh(&mut self, origin: Origin) -> Result<(), SessionError> {
         let timeout = self.hub.settings.action_timeout.get();
         let data = self
             .conn
             .call("get_group_list", json!({}), timeout)
             .await
-            .map_err(|e| format!("get_group_list {e}"))?;
-        let (groups, bad) = protocol::group_ids(&data).map_err(|e| e.to_string())?;
+            .map_err(|error| SessionError::Call {
+                action: "get_group_list",
+                error,
+            })?;
+        let (groups, bad) = protocol::group_ids(&data).map_err(|error| SessionError::Answer {
+            action: "get_group_list",
+            error,
+        })?;
         if bad > 0 {
             self.conn.warn("not a group", || {
                 format!("get_group_list: {bad} entr(ies) without a positive group_id left out")
             });
         }
-        self.hub.online(&self.bot, groups, status).await;
+        self.hub.online(&self.bot, groups, origin).await;
         Ok(())
     }
 
     /// A refresh that may fail without ending the session.
     async fn reconcile(&mut self) -> bool {
-        match self.refresh(true).await {
+        match self.refresh(Origin::Status).await {
             Ok(()) => true,
             Err(e) => {
                 warn!("{}: {e}", self.conn.label());

@@ -10,15 +10,20 @@
 //! the ingress decision asks [`Federate::owner`] and [`Federate::claims`].
 
 pub mod claim;
-pub mod peers;
-pub mod present;
+pub(crate) mod peers;
+pub(crate) mod present;
 pub mod ring;
-pub mod settings;
+pub(crate) mod settings;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use parking_lot::RwLock;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -31,10 +36,19 @@ use self::present::PresentGroups;
 use self::ring::{AdminOwner, Local, Owner, PeerCommand, PeerView};
 use self::settings::Pool;
 use self::settings::Settings as FederateConfig;
-use crate::coord::redis::Redis;
+use crate::clock::Clock;
+use crate::outputs::redis::Redis;
 use crate::presence::Presence;
-use crate::source::onebot::hub::Hub;
 use crate::view::View;
+
+/// Why the pool could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RosterError {
+    #[error("Redis not connected")]
+    NotConnected,
+    #[error("{0}")]
+    Redis(#[from] redis::RedisError),
+}
 
 /// The pool as last read from Redis.
 #[derive(Default)]
@@ -57,14 +71,16 @@ pub struct Federate {
     local: Local,
     view: View,
     presence: Presence,
-    roster: RwLock<Arc<Roster>>,
+    clock: Clock,
+    /// Read on every message, replaced on every refresh: readers never wait for a writer.
+    roster: ArcSwap<Roster>,
     present: PresentGroups,
     pub claims: IngressClaims,
-    /// The OneBot source, which observes which of this deployment's bots are group admins.
-    group_admins: OnceLock<Arc<Hub>>,
+    /// The fleet source that observes which of this deployment's bots are group admins.
+    group_admins: OnceLock<Arc<dyn GroupAdmins>>,
     /// The last heartbeat published: the local side of the assignment rule uses exactly what
     /// peers can read, so both sides decide from the same data.
-    published: RwLock<Arc<LocalRecord>>,
+    published: ArcSwap<LocalRecord>,
     /// The assigned groups published before the last change, and when it changed: peers see a
     /// change only at their next refresh, so for a while this deployment also takes a group
     /// it owned under the previous record (the claim settles it), and never leaves a group
@@ -84,10 +100,16 @@ const ADMIN_PROBES_PER_ASK: usize = 2;
 /// How soon a failed heartbeat or roster read is tried again.
 const RETRY: Duration = Duration::from_millis(200);
 
-pub fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+/// Which of this deployment's online bots are admins of a group (Pallas-Bot's local
+/// group-admin observation), as a fleet source that talks to the bots can tell.
+pub trait GroupAdmins: Send + Sync {
+    /// `None` while a role is unknown; at most `probes` lookups (the budget is shared across
+    /// calls).
+    fn group_admins<'a>(
+        &'a self,
+        group: &'a str,
+        probes: &'a mut usize,
+    ) -> Pin<Box<dyn Future<Output = Option<BTreeSet<i64>>> + Send + 'a>>;
 }
 
 impl Federate {
@@ -98,6 +120,7 @@ impl Federate {
         redis: Redis,
         view: View,
         presence: Presence,
+        clock: Clock,
     ) -> Arc<Federate> {
         let local = Local {
             mine: pool.deployment.clone(),
@@ -128,18 +151,19 @@ impl Federate {
             local,
             view,
             presence,
-            roster: RwLock::default(),
+            clock,
+            roster: ArcSwap::default(),
             present: PresentGroups::new(config.heartbeat_ttl.get()),
-            published: RwLock::default(),
+            published: ArcSwap::default(),
             previous_assigned: RwLock::default(),
             group_admins: OnceLock::new(),
             heartbeat_failing: AtomicBool::new(false),
         })
     }
 
-    /// Publishes `group_admin_bot_ids` from the OneBot source's observations.
-    pub fn observe_group_admins(&self, hub: Arc<Hub>) {
-        let _ = self.group_admins.set(hub);
+    /// Publishes `group_admin_bot_ids` from a fleet source's observations.
+    pub fn observe_group_admins(&self, source: Arc<dyn GroupAdmins>) {
+        let _ = self.group_admins.set(source);
     }
 
     /// `federate_group_admin_owner` for a command that needs an admin bot: the deployment and
@@ -170,17 +194,11 @@ impl Federate {
 
     /// What the last heartbeat published.
     fn published(&self) -> Arc<LocalRecord> {
-        self.published
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.published.load_full()
     }
 
     pub fn roster(&self) -> Arc<Roster> {
-        self.roster
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.roster.load_full()
     }
 
     /// Whether `user` is a bot of another deployment of the pool.
@@ -199,8 +217,9 @@ impl Federate {
             .peer_command(&self.roster().views, group, Some(plain))
     }
 
-    /// The group's owning deployment for this text, at wall time `now`.
-    pub fn owner(&self, group: i64, plain: &str, now: f64) -> Owner {
+    /// The group's owning deployment for this text, now.
+    pub fn owner(&self, group: i64, plain: &str) -> Owner {
+        let now = self.clock.unix();
         let roster = self.roster();
         let mut owner = self.local.owner(&roster.views, group, Some(plain), now);
         if !self.config.respect_assignment {
@@ -215,11 +234,7 @@ impl Federate {
             return owner;
         }
         let grace = 2 * self.config.refresh_interval.get() + Duration::from_secs(1);
-        let previous = self
-            .previous_assigned
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let previous = self.previous_assigned.read().clone();
         if let Some((before, changed)) = previous
             && changed.elapsed() < grace
         {
@@ -235,7 +250,7 @@ impl Federate {
 
     /// Notes a message from `group` (present groups); writes the ZSET in the background.
     pub fn touch(self: &Arc<Self>, group: i64) {
-        let now = now();
+        let now = self.clock.unix();
         if self.present.touch(group, now) {
             let federate = self.clone();
             tokio::spawn(async move {
@@ -317,7 +332,7 @@ impl Federate {
         let mut conn = self.redis.conn().await;
         record.present_group_ids = self
             .present
-            .collect(conn.as_mut().map(|c| (c, key.as_str())), now())
+            .collect(conn.as_mut().map(|c| (c, key.as_str())), self.clock.unix())
             .await;
         if let Some(hub) = self.group_admins.get() {
             let mut probes = ADMIN_PROBES_PER_HEARTBEAT;
@@ -331,7 +346,7 @@ impl Federate {
                 }
             }
         }
-        record.updated_at = now() as i64;
+        record.updated_at = self.clock.unix() as i64;
         if self.config.respect_assignment {
             let assigned = record
                 .present_group_ids
@@ -367,15 +382,13 @@ impl Federate {
             .await;
         match written {
             Ok(()) => {
-                let mut published = self.published.write().unwrap_or_else(|e| e.into_inner());
+                // Only this task writes `published`, so reading then storing is not a race.
+                let published = self.published.load();
                 if published.assigned_group_ids != record.assigned_group_ids {
                     let before = published.assigned_group_ids.clone().unwrap_or_default();
-                    *self
-                        .previous_assigned
-                        .write()
-                        .unwrap_or_else(|e| e.into_inner()) = Some((before, Instant::now()));
+                    *self.previous_assigned.write() = Some((before, Instant::now()));
                 }
-                *published = Arc::new(record);
+                self.published.store(Arc::new(record));
                 if self.heartbeat_failing.swap(false, Ordering::Relaxed) {
                     info!("federate: heartbeat published again");
                 }
@@ -405,10 +418,11 @@ impl Federate {
                 }
                 self.warn_incompatible(&roster, &previous);
                 roster.refreshed_at = Some(Instant::now());
-                *self.roster.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(roster);
+                self.roster.store(Arc::new(roster));
                 true
             }
             Err(e) => {
+                let e = e.to_string();
                 let previous = self.roster();
                 let expired = previous
                     .refreshed_at
@@ -436,14 +450,14 @@ impl Federate {
                     refreshed_at: previous.refreshed_at,
                     last_error: Some(e),
                 };
-                *self.roster.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
+                self.roster.store(Arc::new(next));
                 false
             }
         }
     }
 
-    async fn read_roster(&self) -> Result<Roster, String> {
-        let mut conn = self.redis.conn().await.ok_or("Redis not connected")?;
+    async fn read_roster(&self) -> Result<Roster, RosterError> {
+        let mut conn = self.redis.conn().await.ok_or(RosterError::NotConnected)?;
         let pattern = format!("{}:peer_bots:*", self.pool.prefix);
         let own = self.peer_key(&self.pool.deployment).into_bytes();
         // Bytes, not strings: one key or record that is not UTF-8 is one malformed record,
@@ -458,8 +472,7 @@ impl Federate {
                 .arg("COUNT")
                 .arg(100)
                 .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             keys.extend(batch.into_iter().filter(|k| *k != own));
             if next == 0 {
                 break;
@@ -470,20 +483,17 @@ impl Federate {
         keys.dedup();
         let mut roster = Roster::default();
         for chunk in keys.chunks(100) {
-            let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
-                .arg(chunk)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
+            let values: Vec<Option<Vec<u8>>> =
+                redis::cmd("MGET").arg(chunk).query_async(&mut conn).await?;
             for (key, value) in chunk.iter().zip(values) {
                 let Some(bytes) = value else { continue };
                 let key = String::from_utf8_lossy(key).into_owned();
                 let parsed = String::from_utf8(bytes)
-                    .map_err(|_| "not UTF-8".to_owned())
+                    .map_err(|_| peers::Malformed::NotUtf8)
                     .and_then(|text| peers::parse(&key, &text));
                 match parsed {
                     Err(why) => {
-                        roster.malformed.insert(key, why);
+                        roster.malformed.insert(key, why.to_string());
                     }
                     Ok(peer) if peer.deployment_id == self.pool.deployment => {}
                     Ok(peer) => {
@@ -526,7 +536,7 @@ impl Federate {
     pub fn describe(&self) -> Value {
         let roster = self.roster();
         let published = self.published();
-        let now = now();
+        let now = self.clock.unix();
         let peers: Vec<Value> = roster
             .peers
             .values()

@@ -1,8 +1,20 @@
-//! Python's character classes where Rust's look-alikes differ (`str.isalnum()`, decimal
-//! digits for `int()`), by Unicode general category. Key parts and peer records must be read
-//! exactly as Pallas-Bot reads them.
+//! Python's character classes where Rust's look-alikes differ (`str.isspace()` and
+//! `str.strip()`, `str.isalnum()`, decimal digits for `int()`). Key parts and peer records must
+//! be read exactly as Pallas-Bot reads them.
 
 use unicode_general_category::{GeneralCategory as G, get_general_category};
+
+/// Python's `str.isspace()` / `re` `\s` (str patterns).
+pub fn is_py_whitespace(c: char) -> bool {
+    matches!(c,
+        '\u{9}'..='\u{d}' | '\u{1c}'..='\u{20}' | '\u{85}' | '\u{a0}' | '\u{1680}'
+        | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}')
+}
+
+/// `str.strip()` without arguments.
+pub fn py_strip(s: &str) -> &str {
+    s.trim_matches(is_py_whitespace)
+}
 
 /// `str.isalnum()` for one character: a letter (`L*`) or a number (`N*`). Rust's
 /// `is_alphanumeric` also keeps marks such as U+093E and symbols such as Ⓐ.

@@ -7,14 +7,16 @@
 //! candidates (bots that would handle a hard trigger) register first and only the smallest
 //! bot id claims, under `federate_ingress_v2`; outcomes are counted in `{P}:ingress_audit`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use tokio::sync::watch;
 
-use crate::coord::redis::{Redis, not_connected};
+use crate::outputs::redis::{Redis, not_connected};
 
 pub const PLUGIN: &str = "federate_ingress";
 pub const CANDIDATE_PLUGIN: &str = "federate_ingress_v2";
@@ -29,12 +31,53 @@ const AUDIT_FLUSH_DELAY: Duration = Duration::from_millis(500);
 
 type Key = (String, u64);
 
+/// The claims this deployment won in the last [`WIN_CACHE`], at most [`WIN_CACHE_MAX`] of them:
+/// a repeated ask for a won message answers without Redis. Every entry lives equally long, so
+/// insertion order is expiry order: a queue drops the expired and, when full, the oldest.
+#[derive(Default)]
+struct WinCache {
+    until: HashMap<Key, Instant>,
+    order: VecDeque<(Key, Instant)>,
+}
+
+impl WinCache {
+    fn contains(&mut self, key: &Key, now: Instant) -> bool {
+        self.expire(now);
+        self.until.contains_key(key)
+    }
+
+    fn insert(&mut self, key: Key, now: Instant) {
+        self.expire(now);
+        while self.order.len() >= WIN_CACHE_MAX {
+            self.pop_oldest();
+        }
+        let until = now + WIN_CACHE;
+        self.until.insert(key.clone(), until);
+        self.order.push_back((key, until));
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while self.order.front().is_some_and(|(_, until)| *until <= now) {
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((key, until)) = self.order.pop_front() {
+            // A key won again was queued twice; only its last entry owns the map slot.
+            if self.until.get(&key) == Some(&until) {
+                self.until.remove(&key);
+            }
+        }
+    }
+}
+
 pub struct IngressClaims {
     redis: Redis,
     prefix: String,
     deployment: String,
     ttl: u64,
-    wins: Mutex<HashMap<Key, Instant>>,
+    wins: Mutex<WinCache>,
     inflight: Mutex<HashMap<Key, watch::Receiver<Option<bool>>>>,
     pub audit: Arc<Audit>,
 }
@@ -50,6 +93,8 @@ pub enum Outcome {
     Timeout,
     RedisError,
     CandidateYield,
+    /// A hard trigger without a capability, while a candidate is registered.
+    CandidateWaiting,
     RegistrationFailed,
 }
 
@@ -71,6 +116,7 @@ impl Outcome {
             Outcome::Timeout => "federate claim timed out",
             Outcome::RedisError => "federate Redis unavailable (fail-closed)",
             Outcome::CandidateYield => "a smaller candidate bot takes it",
+            Outcome::CandidateWaiting => "a candidate bot takes it",
             Outcome::RegistrationFailed => "candidate registration failed",
         }
     }
@@ -86,11 +132,7 @@ struct InflightGuard<'a> {
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
-        let mut inflight = self
-            .claims
-            .inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut inflight = self.claims.inflight.lock();
         if inflight
             .get(&self.key)
             .is_some_and(|rx| rx.same_channel(&self.rx))
@@ -126,18 +168,10 @@ impl IngressClaims {
     pub async fn claim(&self, plugin: &str, group: i64, key: u64, capability: &str) -> Outcome {
         let cache_key = (plugin.to_owned(), key);
         let joined = {
-            let mut wins = self.wins.lock().unwrap_or_else(|e| e.into_inner());
-            if wins.get(&cache_key).is_some_and(|t| Instant::now() < *t) {
+            if self.wins.lock().contains(&cache_key, Instant::now()) {
                 return Outcome::CachedWin;
             }
-            if wins.len() > WIN_CACHE_MAX {
-                let now = Instant::now();
-                wins.retain(|_, t| now < *t);
-                if wins.len() > WIN_CACHE_MAX {
-                    wins.clear();
-                }
-            }
-            let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            let mut inflight = self.inflight.lock();
             match inflight.get(&cache_key) {
                 Some(rx) => Err(rx.clone()),
                 None => {
@@ -169,7 +203,7 @@ impl IngressClaims {
                         }
                     }
                     Err(_) => {
-                        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut inflight = self.inflight.lock();
                         if inflight
                             .get(&cache_key)
                             .is_some_and(|r| r.same_channel(&rx))
@@ -199,8 +233,7 @@ impl IngressClaims {
                     Ok(Ok(false)) => Outcome::Lost,
                 };
                 if outcome == Outcome::Won {
-                    let mut wins = self.wins.lock().unwrap_or_else(|e| e.into_inner());
-                    wins.insert(cache_key, Instant::now() + WIN_CACHE);
+                    self.wins.lock().insert(cache_key, Instant::now());
                 }
                 let _ = tx.send(Some(outcome.won()));
                 let audited = match outcome {
@@ -331,18 +364,8 @@ impl Audit {
             c => c,
         };
         let field = format!("{capability}:{outcome}");
-        *self
-            .totals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(field.clone())
-            .or_default() += 1;
-        *self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(field)
-            .or_default() += 1;
+        *self.totals.lock().entry(field.clone()).or_default() += 1;
+        *self.pending.lock().entry(field).or_default() += 1;
         if !self.flush_scheduled.swap(true, Ordering::AcqRel) {
             let audit = self.clone();
             tokio::spawn(async move {
@@ -354,7 +377,7 @@ impl Audit {
     }
 
     async fn flush(&self) {
-        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let batch = std::mem::take(&mut *self.pending.lock());
         if batch.is_empty() {
             return;
         }
@@ -371,7 +394,7 @@ impl Audit {
             }
         };
         if written.is_err() {
-            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pending = self.pending.lock();
             for (field, n) in batch {
                 *pending.entry(field).or_default() += n;
             }
@@ -382,9 +405,47 @@ impl Audit {
     pub fn totals(&self) -> BTreeMap<String, i64> {
         self.totals
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .map(|(k, v)| (format!("federate_ingress_{k}"), *v))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u64) -> Key {
+        ("repeater".to_owned(), n)
+    }
+
+    #[test]
+    fn wins_expire_and_the_cache_stays_bounded() {
+        let t0 = Instant::now();
+        let mut cache = WinCache::default();
+        cache.insert(key(1), t0);
+        assert!(cache.contains(&key(1), t0 + WIN_CACHE / 2));
+        assert!(!cache.contains(&key(1), t0 + WIN_CACHE));
+        assert!(cache.until.is_empty() && cache.order.is_empty());
+
+        for n in 0..WIN_CACHE_MAX as u64 + 10 {
+            cache.insert(key(n), t0);
+        }
+        assert_eq!(cache.order.len(), WIN_CACHE_MAX);
+        assert_eq!(cache.until.len(), WIN_CACHE_MAX);
+        // The oldest went first; the newest are still answered.
+        assert!(!cache.contains(&key(9), t0));
+        assert!(cache.contains(&key(10), t0));
+        assert!(cache.contains(&key(WIN_CACHE_MAX as u64 + 9), t0));
+    }
+
+    #[test]
+    fn a_key_won_again_lives_from_its_last_win() {
+        let t0 = Instant::now();
+        let mut cache = WinCache::default();
+        cache.insert(key(1), t0);
+        cache.insert(key(1), t0 + WIN_CACHE / 2);
+        assert!(cache.contains(&key(1), t0 + WIN_CACHE));
+        assert!(!cache.contains(&key(1), t0 + WIN_CACHE * 3 / 2));
     }
 }

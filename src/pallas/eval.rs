@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value, json};
 
 use super::federate::ring::{self, Local, PeerView};
-use super::signature::Signature;
+use super::signature::{Body, Signature, Time};
 
 /// Answers one input line.
 pub fn eval_line(line: &str) -> String {
@@ -281,7 +281,15 @@ fn signature_of(obj: &Map<String, Value>) -> Result<Signature, String> {
         user_id,
         body,
         time,
-        flag("use_plaintext")?,
-        flag("include_message_time")?,
+        if flag("use_plaintext")? {
+            Body::Plaintext
+        } else {
+            Body::Raw
+        },
+        if flag("include_message_time")? {
+            Time::Included
+        } else {
+            Time::Excluded
+        },
     ))
 }

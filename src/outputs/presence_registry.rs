@@ -9,12 +9,13 @@
 //! pruned, as upstream's readers do.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::redis::Redis;
+use crate::clock::Clock;
 use crate::presence::Presence;
 
 pub const BOTS_KEY: &str = "pallas:presence:bots";
@@ -22,12 +23,6 @@ pub const UPDATED_KEY: &str = "pallas:presence:updated_at";
 const STALE: f64 = 120.0;
 const PERIOD: Duration = Duration::from_secs(30);
 const RETRY: Duration = Duration::from_secs(1);
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// The registry record of one bot.
 pub fn record(qq: i64, connected_at: i64, last_seen: f64, nickname: &str) -> String {
@@ -48,6 +43,7 @@ pub fn record(qq: i64, connected_at: i64, last_seen: f64, nickname: &str) -> Str
 pub async fn run(
     redis: Redis,
     presence: Presence,
+    clock: Clock,
     mut changed: tokio::sync::watch::Receiver<()>,
     shutdown: CancellationToken,
 ) {
@@ -56,7 +52,7 @@ pub async fn run(
     loop {
         reachable.mark_unchanged();
         let written = match redis.conn().await {
-            Some(mut conn) => match refresh(&mut conn, &presence, &mut ours).await {
+            Some(mut conn) => match refresh(&mut conn, &presence, &mut ours, clock.unix()).await {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::debug!("presence registry: {e}");
@@ -81,8 +77,8 @@ async fn refresh(
     conn: &mut redis::aio::ConnectionManager,
     presence: &Presence,
     ours: &mut HashSet<String>,
+    now: f64,
 ) -> redis::RedisResult<()> {
-    let now = now();
     let mut pipe = redis::pipe();
     let mut current = HashSet::new();
     for bot in presence.snapshot() {

@@ -23,10 +23,10 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
-use super::claim::{Claims, valid_plugin};
-use super::federate::claim::{CANDIDATE_PLUGIN, PLUGIN as FEDERATE_PLUGIN};
-use super::federate::{self, Federate};
-use super::signature::Signature;
+use super::claim::{Claims, Via, valid_plugin};
+use super::federate::Federate;
+use super::federate::claim::{CANDIDATE_PLUGIN, Outcome, PLUGIN as FEDERATE_PLUGIN};
+use super::signature::{Body, Signature, Time};
 use crate::view::View;
 
 /// The default claim plugin: Pallas-Bot's ingress gate namespace.
@@ -77,17 +77,110 @@ pub struct Request {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Decision {
     pub handle: bool,
-    pub reason: String,
+    /// Why, as words in the API (`"assignee"`, `"unassigned channel: won the claim (redis
+    /// claim)"`, ...).
+    #[serde(serialize_with = "crate::pallas::ingress::as_text")]
+    pub reason: Reason,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assignee: Option<String>,
 }
 
-fn decision(handle: bool, reason: impl Into<String>, assignee: Option<String>) -> Decision {
+fn decision(handle: bool, reason: Reason, assignee: Option<String>) -> Decision {
     Decision {
         handle,
-        reason: reason.into(),
+        reason,
         assignee,
     }
+}
+
+fn as_text<S: serde::Serializer>(reason: &Reason, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(reason)
+}
+
+/// Why a bot handles a message or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    SentByFleetBot,
+    SentByPeerBot,
+    Private,
+    Mentioned,
+    OtherBotMentioned,
+    PeerBotMentioned,
+    Fanout,
+    /// Only peers declare the text as a command.
+    PeerDeclaresCommand,
+    GroupAdminOwner {
+        bot: i64,
+        deployment: String,
+    },
+    OwnedByDeployment(String),
+    Assignee,
+    AssignedToAnotherBot,
+    /// No online assignee: the first claimer of the message handles it.
+    Claim {
+        because: NoAssignee,
+        won: bool,
+        via: Via,
+    },
+    /// This deployment picked the bot (`local`); the pool's claim then decided.
+    Pool {
+        local: Box<Reason>,
+        outcome: Outcome,
+    },
+}
+
+/// Why a group message goes to the claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoAssignee {
+    Excluded,
+    Unassigned,
+    AssigneeOffline,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::SentByFleetBot => f.write_str("sent by a bot of the fleet"),
+            Reason::SentByPeerBot => f.write_str("sent by a bot of another deployment"),
+            Reason::Private => f.write_str("private message"),
+            Reason::Mentioned => f.write_str("mentioned"),
+            Reason::OtherBotMentioned => f.write_str("another bot of the fleet is mentioned"),
+            Reason::PeerBotMentioned => f.write_str("a bot of another deployment is mentioned"),
+            Reason::Fanout => f.write_str("fanout lane"),
+            Reason::PeerDeclaresCommand => {
+                f.write_str("a deployment that declares this command takes it")
+            }
+            Reason::GroupAdminOwner { bot, deployment } => {
+                write!(f, "group-admin owner: bot {bot} of deployment {deployment}")
+            }
+            Reason::OwnedByDeployment(d) => write!(f, "group owned by deployment {d}"),
+            Reason::Assignee => f.write_str("assignee"),
+            Reason::AssignedToAnotherBot => f.write_str("assigned to another bot"),
+            Reason::Claim { because, won, via } => {
+                let because = match because {
+                    NoAssignee::Excluded => "excluded channel",
+                    NoAssignee::Unassigned => "unassigned channel",
+                    NoAssignee::AssigneeOffline => "assignee offline",
+                };
+                let outcome = if *won {
+                    "won the claim"
+                } else {
+                    "claimed by another bot"
+                };
+                write!(f, "{because}: {outcome} ({})", via.describe())
+            }
+            Reason::Pool { local, outcome } => write!(f, "{local}; {}", outcome.describe()),
+        }
+    }
+}
+
+/// A request that cannot be decided, naming the bad field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadRequest {
+    #[error("plugin: {0:?} is not a valid plugin name ([A-Za-z0-9_.:-])")]
+    Plugin(String),
+    #[error("platform: empty")]
+    EmptyPlatform,
 }
 
 pub struct Ingress {
@@ -98,27 +191,25 @@ pub struct Ingress {
 
 impl Ingress {
     /// Decides; `Err` names a bad field.
-    pub async fn decide(&self, r: &Request) -> Result<Decision, String> {
+    pub async fn decide(&self, r: &Request) -> Result<Decision, BadRequest> {
         let plugin = r.plugin.as_deref().unwrap_or(DEFAULT_PLUGIN);
         if !valid_plugin(plugin) {
-            return Err(format!(
-                "plugin: {plugin:?} is not a valid plugin name ([A-Za-z0-9_.:-])"
-            ));
+            return Err(BadRequest::Plugin(plugin.to_owned()));
         }
         if r.platform.is_empty() {
-            return Err("platform: empty".to_owned());
+            return Err(BadRequest::EmptyPlatform);
         }
         let view = &self.view;
         let p = r.platform.as_str();
         let federate = self.federate.as_ref();
         if view.is_fleet_bot(p, &r.user_id.to_string()) {
-            return Ok(decision(false, "sent by a bot of the fleet", None));
+            return Ok(decision(false, Reason::SentByFleetBot, None));
         }
         if federate.is_some_and(|f| f.is_peer_bot(r.user_id)) {
-            return Ok(decision(false, "sent by a bot of another deployment", None));
+            return Ok(decision(false, Reason::SentByPeerBot, None));
         }
         let Some(group) = r.group_id else {
-            return Ok(decision(true, "private message", None));
+            return Ok(decision(true, Reason::Private, None));
         };
         // Fan-out traffic does not make the group present, as upstream: presence decides
         // command owners, which fan-out never asks for.
@@ -136,21 +227,17 @@ impl Ingress {
         if !mentioned.is_empty() {
             let me = mentioned.contains(&r.self_id);
             let why = if me {
-                "mentioned"
+                Reason::Mentioned
             } else {
-                "another bot of the fleet is mentioned"
+                Reason::OtherBotMentioned
             };
             return Ok(decision(me, why, None));
         }
         if peer_mentioned {
-            return Ok(decision(
-                false,
-                "a bot of another deployment is mentioned",
-                None,
-            ));
+            return Ok(decision(false, Reason::PeerBotMentioned, None));
         }
         if r.lane == Lane::Fanout {
-            return Ok(decision(true, "fanout lane", None));
+            return Ok(decision(true, Reason::Fanout, None));
         }
         let mut command_traffic = r.lane == Lane::Command;
         if let Some(f) = federate {
@@ -159,11 +246,7 @@ impl Ingress {
             // out when a declaring peer is present in the group.
             let peer = f.peer_command(group, &r.text);
             if peer.yield_to_peer {
-                return Ok(decision(
-                    false,
-                    "a deployment that declares this command takes it",
-                    None,
-                ));
+                return Ok(decision(false, Reason::PeerDeclaresCommand, None));
             }
             command_traffic |= peer.declared;
         }
@@ -172,23 +255,34 @@ impl Ingress {
             && let Some(owner) = f.group_admin_owner(group, &r.text).await
         {
             let me = owner.deployment_id == f.pool.deployment && owner.bot_id == r.self_id;
-            let why = format!(
-                "group-admin owner: bot {} of deployment {}",
-                owner.bot_id, owner.deployment_id
-            );
+            let why = Reason::GroupAdminOwner {
+                bot: owner.bot_id,
+                deployment: owner.deployment_id,
+            };
             return Ok(decision(me, why, None));
         }
         if let Some(f) = federate
             && command_traffic
         {
-            let owner = f.owner(group, &r.text, federate::now());
+            let owner = f.owner(group, &r.text);
             if !owner.should_process {
-                let why = format!("group owned by deployment {}", owner.owner);
-                return Ok(decision(false, why, None));
+                return Ok(decision(
+                    false,
+                    Reason::OwnedByDeployment(owner.owner),
+                    None,
+                ));
             }
         }
         let time = r.time.trunc() as i64;
-        let key = Signature::new(group, r.user_id, &r.text, time, true, true).key();
+        let key = Signature::new(
+            group,
+            r.user_id,
+            &r.text,
+            time,
+            Body::Plaintext,
+            Time::Included,
+        )
+        .key();
         let local = self.local_decision(r, plugin, group, key).await;
         match federate {
             Some(f) if local.handle && f.has_peer_bots() => {
@@ -206,31 +300,22 @@ impl Ingress {
         let channel = group.to_string();
         let assignee = view.assignee(p, &channel);
         let excluded = view.is_excluded(p, &channel);
-        let why_no_assignee = match &assignee {
-            _ if excluded => "excluded channel",
-            None => "unassigned channel",
-            Some(bot) if !view.is_online(p, bot) => "assignee offline",
+        let because = match &assignee {
+            _ if excluded => NoAssignee::Excluded,
+            None => NoAssignee::Unassigned,
+            Some(bot) if !view.is_online(p, bot) => NoAssignee::AssigneeOffline,
             Some(bot) => {
                 let me = *bot == r.self_id.to_string();
                 let why = if me {
-                    "assignee"
+                    Reason::Assignee
                 } else {
-                    "assigned to another bot"
+                    Reason::AssignedToAnotherBot
                 };
                 return decision(me, why, assignee);
             }
         };
         let (won, via) = self.claims.claim(plugin, group, key, r.self_id).await;
-        let outcome = if won {
-            "won the claim"
-        } else {
-            "claimed by another bot"
-        };
-        decision(
-            won,
-            format!("{why_no_assignee}: {outcome} ({})", via.describe()),
-            assignee,
-        )
+        decision(won, Reason::Claim { because, won, via }, assignee)
     }
 }
 
@@ -243,6 +328,14 @@ async fn pool_claim(
     command_traffic: bool,
     local: Decision,
 ) -> Decision {
+    let pool = |outcome: Outcome| Decision {
+        handle: outcome.won(),
+        reason: Reason::Pool {
+            local: Box::new(local.reason.clone()),
+            outcome,
+        },
+        assignee: local.assignee.clone(),
+    };
     // Pallas-Bot's gate makes every command-traffic message a `command` candidate: the same
     // candidate round and the same claim key (`federate_ingress_v2`) as upstream peers.
     let capability = match r.candidate.as_deref().map(str::trim) {
@@ -253,26 +346,13 @@ async fn pool_claim(
     let mut plugin = FEDERATE_PLUGIN;
     if !capability.is_empty() {
         if let Err(outcome) = f.claims.candidate(capability, r.self_id, group, key).await {
-            return decision(
-                false,
-                format!("{}; {}", local.reason, outcome.describe()),
-                local.assignee,
-            );
+            return pool(outcome);
         }
         plugin = CANDIDATE_PLUGIN;
     } else if r.candidate_wait && f.claims.yields_to_candidates(group, key).await {
-        return decision(
-            false,
-            format!("{}; a candidate bot takes it", local.reason),
-            local.assignee,
-        );
+        return pool(Outcome::CandidateWaiting);
     }
-    let outcome = f.claims.claim(plugin, group, key, capability).await;
-    decision(
-        outcome.won(),
-        format!("{}; {}", local.reason, outcome.describe()),
-        local.assignee,
-    )
+    pool(f.claims.claim(plugin, group, key, capability).await)
 }
 
 fn parse_id<E: serde::de::Error>(v: &serde_json::Value) -> Result<i64, E> {

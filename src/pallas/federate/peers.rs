@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value, json};
 
 use super::ring::PeerView;
-use crate::coord::pystr::decimal_value;
-use crate::coord::signature::is_py_whitespace;
+use crate::pallas::pystr::decimal_value;
+use crate::pallas::pystr::py_strip;
 
 /// `COMMAND_CAPABILITY_PROTOCOL_VERSION` and `INGRESS_PROTOCOL_VERSION`.
 pub const PROTOCOL: i64 = 2;
@@ -54,7 +54,7 @@ impl LocalRecord {
         for qq in &public {
             if let Some(name) = self.names.get(qq)
                 && online.contains(qq)
-                && !name.trim_matches(is_py_whitespace).is_empty()
+                && !py_strip(name).is_empty()
             {
                 names.insert(qq.to_string(), json!(name));
             }
@@ -123,10 +123,6 @@ impl Peer {
     }
 }
 
-fn py_strip(s: &str) -> &str {
-    s.trim_matches(is_py_whitespace)
-}
-
 /// Python's `str(x)` for the scalars a payload may hold.
 fn py_str(v: &Value) -> String {
     match v {
@@ -141,12 +137,12 @@ fn py_str(v: &Value) -> String {
 /// `int(x)` for items kept by `str(x).isdigit()`: `Ok(None)` for items upstream skips.
 /// Decimal digits of any script count (`"１２"` is 12, as `int()` reads it); other numerals
 /// (`"²"`, `"½"`) make the record malformed (upstream aborts its whole refresh on `"²"`).
-fn digit_id(v: &Value) -> Result<Option<i64>, String> {
+fn digit_id(v: &Value) -> Result<Option<i64>, Malformed> {
     let s = match v {
         Value::Number(n) => match n.as_i64() {
             Some(i) if i >= 0 => return Ok(Some(i)),
             Some(_) => return Ok(None),
-            None if n.is_u64() => return Err(format!("id {n} is out of range")),
+            None if n.is_u64() => return Err(Malformed::IdOutOfRange(n.to_string())),
             None => return Ok(None),
         },
         other => py_str(other),
@@ -156,16 +152,31 @@ fn digit_id(v: &Value) -> Result<Option<i64>, String> {
     }
     let mut id: i64 = 0;
     for c in s.chars() {
-        let digit = decimal_value(c).ok_or_else(|| format!("id {s:?} is not in decimal digits"))?;
+        let digit = decimal_value(c).ok_or_else(|| Malformed::NotDecimal(s.clone()))?;
         id = id
             .checked_mul(10)
             .and_then(|n| n.checked_add(i64::from(digit)))
-            .ok_or_else(|| format!("id {s:?} is out of range"))?;
+            .ok_or_else(|| Malformed::IdOutOfRange(format!("{s:?}")))?;
     }
     Ok(Some(id))
 }
 
-fn id_list(v: Option<&Value>) -> Result<Option<BTreeSet<i64>>, String> {
+/// Why a peer record is skipped.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("not a JSON object")]
+    NotAnObject,
+    #[error("id {0} is out of range")]
+    IdOutOfRange(String),
+    #[error("id {0:?} is not in decimal digits")]
+    NotDecimal(String),
+}
+
+fn id_list(v: Option<&Value>) -> Result<Option<BTreeSet<i64>>, Malformed> {
     match v {
         None => Ok(None),
         Some(Value::Array(items)) => {
@@ -218,7 +229,7 @@ fn levels(v: Option<&Value>) -> Option<BTreeMap<String, String>> {
     (!out.is_empty()).then_some(out)
 }
 
-fn admins(v: Option<&Value>) -> Result<Option<BTreeMap<i64, BTreeSet<i64>>>, String> {
+fn admins(v: Option<&Value>) -> Result<Option<BTreeMap<i64, BTreeSet<i64>>>, Malformed> {
     let Some(Value::Object(map)) = v else {
         return Ok(None);
     };
@@ -232,10 +243,10 @@ fn admins(v: Option<&Value>) -> Result<Option<BTreeMap<i64, BTreeSet<i64>>>, Str
 }
 
 /// Parses the record stored under `key`; `Err` says why it is malformed.
-pub fn parse(key: &str, text: &str) -> Result<Peer, String> {
-    let data: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+pub fn parse(key: &str, text: &str) -> Result<Peer, Malformed> {
+    let data: Value = serde_json::from_str(text).map_err(|e| Malformed::NotJson(e.to_string()))?;
     let Value::Object(data) = data else {
-        return Err("not a JSON object".into());
+        return Err(Malformed::NotAnObject);
     };
     let deployment_id = match data.get("deployment_id") {
         Some(v) if !py_strip(&py_str(v)).is_empty() && !v.is_null() => {
@@ -362,12 +373,14 @@ mod tests {
 
     #[test]
     fn malformed_records_name_the_problem() {
-        assert!(parse("k", "{").unwrap_err().contains("not JSON"));
-        assert!(parse("k", "[1]").unwrap_err().contains("object"));
-        assert!(
-            parse("k", r#"{"bot_ids":["²"]}"#)
-                .unwrap_err()
-                .contains("²")
+        assert!(matches!(
+            parse("k", "{").unwrap_err(),
+            Malformed::NotJson(_)
+        ));
+        assert_eq!(parse("k", "[1]").unwrap_err(), Malformed::NotAnObject);
+        assert_eq!(
+            parse("k", r#"{"bot_ids":["²"]}"#).unwrap_err(),
+            Malformed::NotDecimal("²".into())
         );
         let p = parse("k", r#"{"bot_ids":["１２","٣"]}"#).unwrap();
         assert_eq!(
@@ -378,6 +391,7 @@ mod tests {
         assert!(
             parse("k", r#"{"present_group_ids":["99999999999999999999"]}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("range")
         );
     }

@@ -10,18 +10,15 @@ use std::sync::LazyLock;
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
-/// Python's `str.isspace()` / `re` `\s` (str patterns).
-pub fn is_py_whitespace(c: char) -> bool {
-    matches!(c,
-        '\u{9}'..='\u{d}' | '\u{1c}'..='\u{20}' | '\u{85}' | '\u{a0}' | '\u{1680}'
-        | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}')
-}
+use super::pystr::py_strip;
+
+pub use super::pystr::is_py_whitespace;
 
 /// `normalize_group_plaintext`: strip, then every whitespace run becomes one space.
 pub fn normalize_plaintext(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut pending_space = false;
-    for c in text.trim_matches(is_py_whitespace).chars() {
+    for c in py_strip(text).chars() {
         if is_py_whitespace(c) {
             pending_space = true;
         } else {
@@ -61,24 +58,32 @@ pub struct Signature {
     pub time: Option<i64>,
 }
 
+/// How the body enters the signature (upstream's `use_plaintext`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// The plain text, whitespace collapsed (`use_plaintext=True`).
+    Plaintext,
+    /// The raw message (CQ codes and all), images normalised (`use_plaintext=False`).
+    Raw,
+}
+
+/// Whether the message time enters the signature (upstream's `include_message_time`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Time {
+    Included,
+    Excluded,
+}
+
 impl Signature {
-    pub fn new(
-        group_id: i64,
-        user_id: i64,
-        body: &str,
-        time: i64,
-        use_plaintext: bool,
-        include_time: bool,
-    ) -> Self {
+    pub fn new(group_id: i64, user_id: i64, body: &str, time: i64, kind: Body, with: Time) -> Self {
         Signature {
             group_id,
             user_id,
-            body: if use_plaintext {
-                normalize_plaintext(body)
-            } else {
-                normalize_raw(body)
+            body: match kind {
+                Body::Plaintext => normalize_plaintext(body),
+                Body::Raw => normalize_raw(body),
             },
-            time: include_time.then(|| normalize_time(time)),
+            time: (with == Time::Included).then(|| normalize_time(time)),
         }
     }
 
@@ -110,15 +115,31 @@ mod tests {
         assert_eq!(normalize_time(10_000_000_000), 10_000_000_000);
         assert_eq!(normalize_time(10_000_000_001), 10_000_000);
         assert_eq!(
-            Signature::new(1, 2, "x", 0, true, false).key(),
+            Signature::new(1, 2, "x", 0, Body::Plaintext, Time::Excluded).key(),
             896694983167751903
         );
         assert_eq!(
-            Signature::new(12345, 999, "牛牛画画 一只羊", 0, true, false).key(),
+            Signature::new(
+                12345,
+                999,
+                "牛牛画画 一只羊",
+                0,
+                Body::Plaintext,
+                Time::Excluded
+            )
+            .key(),
             213102762946769704
         );
         assert_eq!(
-            Signature::new(733291779, 3023094357, "八角笼牛", 100, true, true).key(),
+            Signature::new(
+                733291779,
+                3023094357,
+                "八角笼牛",
+                100,
+                Body::Plaintext,
+                Time::Included
+            )
+            .key(),
             365235075919341561
         );
     }

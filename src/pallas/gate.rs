@@ -14,10 +14,12 @@
 //! an owned gate and grant a broadcast slot); the answer says so.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::LazyLock;
 
-use super::redis::Redis;
+use parking_lot::Mutex;
+
+use crate::clock::Clock;
+use crate::outputs::redis::Redis;
 
 /// Upstream's sanitiser of key parts: characters Python's `str.isalnum()` accepts, `-` and `_`
 /// stay; anything else becomes `_`.
@@ -33,12 +35,6 @@ pub fn safe_key_part(s: &str) -> String {
         .collect()
 }
 
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// The answer of a gate or activity call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateAnswer {
@@ -52,6 +48,7 @@ const IN_PROCESS_CAP: usize = 2000;
 
 pub struct Gates {
     redis: Option<Redis>,
+    clock: Clock,
     owned: Mutex<HashMap<(String, i64), (i64, f64)>>,
     busy: Mutex<HashMap<(String, i64), f64>>,
 }
@@ -111,9 +108,10 @@ return 1
 });
 
 impl Gates {
-    pub fn new(redis: Option<Redis>) -> Gates {
+    pub fn new(redis: Option<Redis>, clock: Clock) -> Gates {
         Gates {
             redis,
+            clock,
             owned: Mutex::default(),
             busy: Mutex::default(),
         }
@@ -160,15 +158,19 @@ impl Gates {
     ) -> GateAnswer {
         let ttl = gate_sec.max(1.0);
         let mut call = OWNED.key(Self::owned_key(plugin, group));
-        call.arg(now()).arg(plugin).arg(bot).arg(ttl).arg(group);
+        call.arg(self.clock.unix())
+            .arg(plugin)
+            .arg(bot)
+            .arg(ttl)
+            .arg(group);
         if let Some(granted) = self.on_redis(&call).await {
             return GateAnswer {
                 granted: granted == 1,
                 fallback: false,
             };
         }
-        let now = now();
-        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.clock.unix();
+        let mut owned = self.owned.lock();
         let granted = match owned.get(&(plugin.to_owned(), group)) {
             Some(&(owner, until)) if now < until => owner == bot,
             _ => {
@@ -186,15 +188,15 @@ impl Gates {
     pub async fn begin_activity(&self, namespace: &str, group: i64, busy_sec: f64) -> GateAnswer {
         let ttl = busy_sec.max(1.0);
         let mut call = BEGIN.key(Self::activity_key(namespace, group));
-        call.arg(now()).arg(ttl).arg(group);
+        call.arg(self.clock.unix()).arg(ttl).arg(group);
         if let Some(granted) = self.on_redis(&call).await {
             return GateAnswer {
                 granted: granted == 1,
                 fallback: false,
             };
         }
-        let now = now();
-        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.clock.unix();
+        let mut busy = self.busy.lock();
         let granted = match busy.get(&(namespace.to_owned(), group)) {
             Some(&until) if until > now => false,
             _ => {
@@ -210,10 +212,7 @@ impl Gates {
 
     /// Ends an activity (idempotent).
     pub async fn end_activity(&self, namespace: &str, group: i64, busy_sec: f64) -> GateAnswer {
-        self.busy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(namespace.to_owned(), group));
+        self.busy.lock().remove(&(namespace.to_owned(), group));
         let mut call = END.key(Self::activity_key(namespace, group));
         call.arg(busy_sec.max(1.0) as i64);
         if self.on_redis(&call).await.is_some() {
@@ -246,7 +245,7 @@ mod tests {
 
     #[tokio::test]
     async fn in_process_gate_and_activity() {
-        let g = Gates::new(None);
+        let g = Gates::new(None, crate::clock::Clock::system());
         assert!(g.owned_gate("draw", 1, 111, 5.0).await.granted);
         assert!(
             g.owned_gate("draw", 1, 111, 5.0).await.granted,

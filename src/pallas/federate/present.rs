@@ -5,8 +5,8 @@
 //! Kept locally (window: 300 s, or the heartbeat TTL when longer) and in `{P}:present_groups:{deployment}`, a ZSET shared by
 //! every process of the deployment, written at most every 30 s per group.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
 
 use redis::aio::ConnectionManager;
 
@@ -37,7 +37,7 @@ impl PresentGroups {
     /// attempt is recorded either way, as upstream).
     pub fn touch(&self, group: i64, now: f64) -> bool {
         {
-            let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            let mut local = self.local.lock();
             local.insert(group, now);
             // Upstream prunes on every touch; pruning when the map has doubled keeps the same
             // answers (reads filter by time) at O(1) amortised.
@@ -45,7 +45,7 @@ impl PresentGroups {
                 local.retain(|_, ts| *ts >= now - self.window);
             }
         }
-        let mut last = self.last_remote.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last_remote.lock();
         if last
             .get(&group)
             .is_some_and(|t| now - t < REMOTE_INTERVAL_SEC)
@@ -93,7 +93,7 @@ impl PresentGroups {
     ) -> Vec<i64> {
         let cutoff = now - self.window;
         let local: HashMap<i64, f64> = {
-            let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            let local = self.local.lock();
             local
                 .iter()
                 .filter(|(_, ts)| **ts >= cutoff)

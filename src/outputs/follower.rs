@@ -3,8 +3,10 @@
 //! republish is announced or the subscription had to be renewed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -54,7 +56,7 @@ impl Follower {
 
     /// The version and assignment followed so far.
     pub fn snapshot(&self) -> (i64, Assignment) {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.state.read().clone()
     }
 
     /// How many times the hashes were re-read.
@@ -97,7 +99,7 @@ impl Follower {
             }
             match message.get("changes").and_then(Value::as_object) {
                 Some(changes) if version == current + 1 && message.get("resync").is_none() => {
-                    let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+                    let mut state = self.state.write();
                     for (platform, entries) in changes {
                         let p = state.1.entry(platform.clone()).or_default();
                         for (channel, bot) in entries.as_object().into_iter().flatten() {
@@ -140,7 +142,7 @@ impl Follower {
             let platform = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
             assignment.insert(platform, hash);
         }
-        *self.state.write().unwrap_or_else(|e| e.into_inner()) = (version, assignment);
+        *self.state.write() = (version, assignment);
         self.resyncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use blake2::Digest;
 use indexmap::IndexMap;
 
-use crate::coord::signature::is_py_whitespace;
+use crate::pallas::pystr::{is_py_whitespace, py_strip};
 
 /// Greeting call names: never a command prefix (`ingress/fanout_bypass.py`).
 pub const GREETING_CALL_NAMES: [&str; 2] = ["牛牛", "帕拉斯"];
@@ -25,10 +25,6 @@ pub const PERMISSION_ORDER: [&str; 5] = [
     "bot_moderator",
     "superuser",
 ];
-
-fn py_strip(s: &str) -> &str {
-    s.trim_matches(is_py_whitespace)
-}
 
 /// A character case folding leaves alone: no upper- or lower-case mapping.
 fn uncased(c: char) -> bool {
@@ -284,7 +280,7 @@ impl Local {
             return active;
         }
         let rank = |level: &str| {
-            let level = level.trim_matches(is_py_whitespace).to_lowercase();
+            let level = py_strip(level).to_lowercase();
             let level = if level.is_empty() {
                 "everyone".to_owned()
             } else {

@@ -24,7 +24,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// First wait after a failed publication; doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
 use super::redis::Redis;
+use crate::backoff::{Backoff, Jitter};
 use crate::view::View;
 
 /// Above this many changes a full republish is cheaper than one huge script call.
@@ -120,8 +125,7 @@ async fn run(
 ) {
     let mut dirty = true;
     let mut version: i64 = 0;
-    let mut retry = Duration::from_millis(200);
-    let mut failing = false;
+    let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
     let mut merged: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
     let mut check = tokio::time::interval(Duration::from_secs(2));
     let mut reachable = redis.reachable();
@@ -171,29 +175,25 @@ async fn run(
         };
         match result {
             Ok(v) => {
-                if failing {
+                if retry.succeed() > 0 {
                     info!("redis: available again; assignment republished as version {v}");
                 }
                 version = v;
                 dirty = false;
-                failing = false;
-                retry = Duration::from_millis(200);
                 merged.clear();
             }
             Err(e) => {
-                if !failing {
+                if retry.failures() == 0 {
                     warn!(
                         "redis: publishing the assignment failed ({e}); retrying in the background"
                     );
                 }
-                failing = true;
                 dirty = true;
                 merged.clear();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(retry) => {}
+                    _ = tokio::time::sleep(retry.fail()) => {}
                 }
-                retry = (retry * 2).min(Duration::from_secs(5));
             }
         }
     }

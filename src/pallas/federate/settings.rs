@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::coord::gate::safe_key_part;
-use crate::coord::redis::redis_url;
-use crate::coord::signature::is_py_whitespace;
+use crate::outputs::redis::redis_url;
+use crate::pallas::gate::safe_key_part;
+use crate::pallas::pystr::py_strip;
 use crate::secret::SecretUrl;
 use crate::yaml::{AtLeast, Seconds};
 
@@ -84,18 +84,17 @@ impl Default for Settings {
 
 impl Settings {
     /// Paths relative to the config file, trimmed names; cross-key checks.
-    pub fn resolve(&mut self, base: &Path) -> Result<(), String> {
+    pub fn resolve(&mut self, base: &Path) -> Result<(), PoolError> {
         self.id = self.id.trim().to_owned();
         self.deployment_name = self.deployment_name.trim().to_owned();
         self.owner_rotate_sec = self.owner_rotate_sec.max(0);
         self.bootstrap_file = self.bootstrap_file.as_ref().map(|p| base.join(p));
         self.data_dir = base.join(&self.data_dir);
         if self.refresh_interval.as_secs_f64() >= self.heartbeat_ttl.get() as f64 {
-            return Err(format!(
-                "federate.refreshInterval: must be shorter than heartbeatTtl ({} s), or peers lose this deployment between heartbeats (got {})",
-                self.heartbeat_ttl.get(),
-                self.refresh_interval.as_secs_f64()
-            ));
+            return Err(PoolError::RefreshNotShorter {
+                ttl: self.heartbeat_ttl.get(),
+                refresh: self.refresh_interval.as_secs_f64(),
+            });
         }
         Ok(())
     }
@@ -159,6 +158,27 @@ pub struct Pool {
     pub deployment: String,
 }
 
+/// Why the pool cannot be joined; every message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(
+        "federate.refreshInterval: must be shorter than heartbeatTtl ({ttl} s), or peers lose this deployment between heartbeats (got {refresh})"
+    )]
+    RefreshNotShorter { ttl: u64, refresh: f64 },
+    #[error("federate.bootstrapFile: {}: {why}", path.display())]
+    Bootstrap { path: PathBuf, why: String },
+    #[error(
+        "federate.ingress is on but no pool id resolves (set federate.id or the bootstrap file's federate_id)"
+    )]
+    NoPoolId,
+    #[error(
+        "federate: no coordination Redis (set federate.redisUrl, redis.url or the bootstrap file's coord.redis_url)"
+    )]
+    NoRedis,
+    #[error("federate.dataDir {}: cannot keep the deployment id: {error}", dir.display())]
+    DeploymentId { dir: PathBuf, error: std::io::Error },
+}
+
 /// What a Pallas-Bot `community_stats.json` contributes (`control_plane_bootstrap.coord`).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Bootstrap {
@@ -168,19 +188,18 @@ pub struct Bootstrap {
     pub claim_ttl: Option<u64>,
 }
 
-fn py_strip(s: &str) -> &str {
-    s.trim_matches(is_py_whitespace)
-}
-
 /// Reads the bootstrap file; a missing file contributes nothing, an unreadable one is an error.
-pub fn read_bootstrap(path: &Path) -> Result<Bootstrap, String> {
+pub fn read_bootstrap(path: &Path) -> Result<Bootstrap, PoolError> {
+    let unreadable = |why: String| PoolError::Bootstrap {
+        path: path.to_owned(),
+        why,
+    };
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Bootstrap::default()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(unreadable(e.to_string())),
     };
-    let data: Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let data: Value = serde_json::from_str(&text).map_err(|e| unreadable(e.to_string()))?;
     let text_at = |v: Option<&Value>| {
         v.and_then(Value::as_str)
             .map(|s| py_strip(s).to_owned())
@@ -249,9 +268,12 @@ pub fn load_or_create_deployment_id(data_dir: &Path) -> std::io::Result<String> 
 /// Resolves the pool; `Ok(None)` when federation is off, `Err` names what is missing.
 /// `service_redis` is the service's own `redis.url`, the last fallback for the coordination
 /// Redis.
-pub fn resolve(cfg: &Settings, service_redis: Option<&SecretUrl>) -> Result<Option<Pool>, String> {
+pub fn resolve(
+    cfg: &Settings,
+    service_redis: Option<&SecretUrl>,
+) -> Result<Option<Pool>, PoolError> {
     let bootstrap = match &cfg.bootstrap_file {
-        Some(path) => read_bootstrap(path).map_err(|e| format!("federate.bootstrapFile: {e}"))?,
+        Some(path) => read_bootstrap(path)?,
         None => Bootstrap::default(),
     };
     let id = if cfg.id.is_empty() {
@@ -263,11 +285,7 @@ pub fn resolve(cfg: &Settings, service_redis: Option<&SecretUrl>) -> Result<Opti
         return Ok(None);
     }
     if id.is_empty() {
-        return Err(
-            "federate.ingress is on but no pool id resolves (set federate.id or the bootstrap \
-             file's federate_id)"
-                .to_owned(),
-        );
+        return Err(PoolError::NoPoolId);
     }
     let redis_url = cfg
         .redis_url
@@ -276,17 +294,12 @@ pub fn resolve(cfg: &Settings, service_redis: Option<&SecretUrl>) -> Result<Opti
             (!bootstrap.redis_url.is_empty()).then(|| SecretUrl::new(bootstrap.redis_url.clone()))
         })
         .or_else(|| service_redis.cloned())
-        .ok_or_else(|| {
-            "federate: no coordination Redis (set federate.redisUrl, redis.url or the bootstrap \
-             file's coord.redis_url)"
-                .to_owned()
+        .ok_or(PoolError::NoRedis)?;
+    let deployment =
+        load_or_create_deployment_id(&cfg.data_dir).map_err(|e| PoolError::DeploymentId {
+            dir: cfg.data_dir.clone(),
+            error: e,
         })?;
-    let deployment = load_or_create_deployment_id(&cfg.data_dir).map_err(|e| {
-        format!(
-            "federate.dataDir {}: cannot keep the deployment id: {e}",
-            cfg.data_dir.display()
-        )
-    })?;
     Ok(Some(Pool {
         prefix: prefix(&bootstrap.redis_prefix, &cfg.redis_prefix, &id),
         id,
@@ -354,6 +367,7 @@ mod tests {
         assert!(
             read_bootstrap(&path)
                 .unwrap_err()
+                .to_string()
                 .contains("community_stats.json")
         );
         assert_eq!(

@@ -15,15 +15,15 @@
 //! (upstream caches Redis availability for the life of the process); plugin names are limited
 //! to `[A-Za-z0-9_.:-]` because they become directory names.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use indexmap::IndexMap;
 
-use super::redis::Redis;
+use crate::outputs::redis::Redis;
 use crate::yaml::{AtLeast, NonEmpty};
 
 const MEMORY_CAP: usize = 4000;
@@ -120,7 +120,7 @@ impl Claims {
     /// In-process claim, then the persistent one. Returns (won, where it was decided).
     pub async fn claim(&self, plugin: &str, group: i64, key: u64, bot: i64) -> (bool, Via) {
         {
-            let mut memory = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+            let mut memory = self.memory.lock();
             match memory.get(&(plugin.to_owned(), key)) {
                 Some(&owner) if owner != bot => return (false, Via::Memory),
                 Some(_) => {}
@@ -214,7 +214,7 @@ impl Claims {
     /// 2,500 new files.
     async fn maybe_prune(&self, plugin: &str) {
         let due = {
-            let mut state = self.prune.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.prune.lock();
             let entry = state.entry(plugin.to_owned()).or_insert((None, 0));
             entry.1 += 1;
             let due =
@@ -229,7 +229,7 @@ impl Claims {
             let remaining = tokio::task::spawn_blocking(move || prune(&dir))
                 .await
                 .unwrap_or(0);
-            let mut state = self.prune.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.prune.lock();
             if let Some(entry) = state.get_mut(plugin) {
                 entry.1 = remaining.saturating_sub(PRUNE_KEEP).min(entry.1);
             }
