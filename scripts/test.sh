@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine: installs what the tests need (PostgreSQL 15 and
-# redis-server from Debian's packages; the tests start their own servers on free loopback
-# ports), then runs
+# The whole test suite, on a fresh machine: installs what the tests need from Debian's
+# packages (PostgreSQL 15, redis-server, MariaDB, Prometheus, Chromium and its driver, Node,
+# Python's venv; the tests start their own servers on free loopback ports), then runs
 # formatting, lints and every test (release build: the property tests and the planner are much
-# faster optimised).
+# faster optimised), then the Koishi plugin's tests (npm ci) and the NoneBot plugin's (a venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,10 +22,36 @@ fi
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
   missing+=(redis-server)
 fi
+# The MySQL store's tests: a throwaway MariaDB server (mariadbd lives in /usr/sbin).
+if ! [ -x /usr/sbin/mariadbd ] && ! command -v mariadbd >/dev/null; then
+  missing+=(mariadb-server)
+fi
+# The operators' tests: promtool and a real Prometheus; the dashboard in headless Chromium.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+  missing+=(prometheus)
+fi
+if ! command -v chromium >/dev/null; then
+  missing+=(chromium)
+fi
+if ! command -v chromedriver >/dev/null; then
+  missing+=(chromium-driver)
+fi
+# The integrations: the Koishi plugin (Node, npm ci) and the NoneBot plugin (a Python venv).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  missing+=(python3-venv)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi
 
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
+cargo clippy --all-targets --features bench -- -D warnings
 cargo test --release
+
+# The integrations run against the release binary the Rust tests just built.
+export AUTO_ASSIGN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/auto-assign"
+(cd integrations/koishi && npm ci --no-audit --no-fund && npm test)
+integrations/nonebot/run-tests.sh

@@ -22,15 +22,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ReloadStatus;
 use crate::engine::Control;
+use crate::metrics::{self, Metrics};
 use crate::outputs::presence_registry;
+use crate::outputs::publish::PublishStatus;
 use crate::outputs::redis::Redis;
 use crate::pallas::claim::valid_plugin;
 use crate::pallas::federate::Federate;
 use crate::pallas::gate::Gates;
-use crate::pallas::ingress::{Ingress, Request as IngressRequest};
+use crate::pallas::ingress::{Ingress, Reason, Request as IngressRequest};
 use crate::presence::Presence;
 use crate::secret::Secret;
 use crate::source::http::{Events, FullState, ReportError, Reporters};
+use crate::store::SqlStore;
 use crate::store::writer::WriteStatus;
 use crate::view::View;
 use crate::yaml::{AtLeast, Seconds};
@@ -49,6 +52,16 @@ pub struct Settings {
     /// How long a client may take to send a request's headers; also how long an idle
     /// keep-alive connection stays open.
     pub header_timeout: Seconds<100>,
+    /// Whether `GET /metrics` needs the token like every other route (`token`, the default;
+    /// Prometheus sends it with `authorization: {credentials: ...}`) or not (`none`).
+    pub metrics_auth: MetricsAuth,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAuth {
+    Token,
+    None,
 }
 
 impl Default for Settings {
@@ -58,6 +71,7 @@ impl Default for Settings {
             token: Secret::default(),
             max_body_bytes: AtLeast(64 * 1024),
             header_timeout: Seconds::secs(10),
+            metrics_auth: MetricsAuth::Token,
         }
     }
 }
@@ -89,6 +103,12 @@ pub struct Api {
     pub reporters: Option<Reporters>,
     /// Ends the assignment streams when the service stops.
     pub shutdown: CancellationToken,
+    pub metrics: Arc<Metrics>,
+    pub metrics_auth: MetricsAuth,
+    /// Reads the rebalance history.
+    pub history: SqlStore,
+    /// The Redis publication's progress, when publishing.
+    pub publication: Option<Arc<PublishStatus>>,
 }
 
 type Shared = Arc<Api>;
@@ -105,14 +125,26 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/v1/presence", get(presence))
         .route("/v1/federate/peers", get(federate_peers))
         .route("/v1/rebalance", post(rebalance))
+        .route("/v1/explain/{platform}/{channel}", get(explain))
+        .route("/v1/history", get(history))
         .route("/v1/gate/owned", post(owned_gate))
         .route("/v1/activity/begin", post(begin_activity))
         .route("/v1/activity/end", post(end_activity))
         .route("/v1/assignments/stream", get(stream))
         .merge(fleet_routes(&api))
         .route_layer(middleware::from_fn_with_state(api.clone(), auth));
+    let metrics = Router::new().route("/metrics", get(prometheus_metrics));
+    let (open, protected) = match api.metrics_auth {
+        MetricsAuth::Token => (
+            Router::new(),
+            protected.merge(metrics.route_layer(middleware::from_fn_with_state(api.clone(), auth))),
+        ),
+        MetricsAuth::None => (metrics, protected),
+    };
     Router::new()
+        .route("/", get(dashboard))
         .route("/healthz", get(healthz))
+        .merge(open)
         .merge(protected)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(max_body))
@@ -292,10 +324,13 @@ fn report_error(e: ReportError) -> Response {
     error(status, e.to_string())
 }
 
-/// The reporters, and the name checked; `Err` is the answer.
-fn reporter<'a>(api: &'a Api, name: &str) -> Result<&'a Reporters, Response> {
-    if let Some(rejected) = invalid_name("reporter", name) {
-        return Err(rejected);
+/// The reporters, once the reporter's name is checked.
+fn reporter<'a>(api: &'a Api, name: &str) -> Result<&'a Reporters, ReportError> {
+    if !valid_plugin(name) {
+        return Err(ReportError::Invalid(format!(
+            "reporter: {:?} is not a valid name ([A-Za-z0-9_.:-])",
+            crate::logs::truncate(name, crate::logs::SHOWN_CHARS)
+        )));
     }
     Ok(api
         .reporters
@@ -310,7 +345,7 @@ async fn put_reporter(
 ) -> Response {
     let reporters = match reporter(&api, &name) {
         Ok(r) => r,
-        Err(answer) => return answer,
+        Err(e) => return report_error(e),
     };
     match reporters.put(&name, state).await {
         Ok(bots) => Json(json!({ "reporter": name, "bots": bots })).into_response(),
@@ -325,7 +360,7 @@ async fn reporter_events(
 ) -> Response {
     let reporters = match reporter(&api, &name) {
         Ok(r) => r,
-        Err(answer) => return answer,
+        Err(e) => return report_error(e),
     };
     match reporters.events(&name, events).await {
         Ok(n) => Json(json!({ "applied": n })).into_response(),
@@ -336,7 +371,7 @@ async fn reporter_events(
 async fn reporter_heartbeat(State(api): State<Shared>, Path(name): Path<String>) -> Response {
     let reporters = match reporter(&api, &name) {
         Ok(r) => r,
-        Err(answer) => return answer,
+        Err(e) => return report_error(e),
     };
     match reporters.heartbeat(&name) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -347,7 +382,7 @@ async fn reporter_heartbeat(State(api): State<Shared>, Path(name): Path<String>)
 async fn delete_reporter(State(api): State<Shared>, Path(name): Path<String>) -> Response {
     let reporters = match reporter(&api, &name) {
         Ok(r) => r,
-        Err(answer) => return answer,
+        Err(e) => return report_error(e),
     };
     match reporters.remove(&name, "stopped").await {
         Ok(known) => Json(json!({ "removed": known })).into_response(),
@@ -390,6 +425,36 @@ async fn stream(State(api): State<Shared>) -> Response {
         .into_response()
 }
 
+/// `GET /`: the dashboard, one self-contained page; its data comes from the routes below, with
+/// the token the operator gives it.
+async fn dashboard() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("dashboard.html"),
+    )
+        .into_response()
+}
+
+/// `GET /metrics`: the Prometheus text format.
+async fn prometheus_metrics(State(api): State<Shared>) -> Response {
+    let store = api.store.borrow().clone();
+    let text = api.metrics.render(&metrics::State {
+        view: &api.view,
+        presence: &api.presence,
+        store: &store,
+        publication: api.publication.as_deref(),
+        federate: api.federate.as_deref(),
+    });
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
 async fn healthz(State(api): State<Shared>) -> Json<Value> {
     let redis = match &api.redis {
         None => "disabled",
@@ -427,7 +492,26 @@ async fn healthz(State(api): State<Shared>) -> Json<Value> {
 
 async fn ingress(State(api): State<Shared>, Body(request): Body<IngressRequest>) -> Response {
     match api.ingress.decide(&request).await {
-        Ok(decision) => Json(decision).into_response(),
+        Ok(decision) => {
+            let handle = if decision.handle { "true" } else { "false" };
+            api.metrics
+                .ingress_decisions
+                .with_label_values(&[decision.reason.kind(), handle])
+                .inc();
+            // The federate owner decided: another deployment's, or this one's (then the claim).
+            let processes = match decision.reason {
+                Reason::OwnedByDeployment(_) => Some("false"),
+                Reason::Pool { .. } => Some("true"),
+                _ => None,
+            };
+            if let Some(processes) = processes {
+                api.metrics
+                    .federate_owner_decisions
+                    .with_label_values(&[processes])
+                    .inc();
+            }
+            Json(decision).into_response()
+        }
         Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
@@ -437,7 +521,17 @@ struct PlatformQuery {
     platform: Option<String>,
 }
 
-async fn assignments(State(api): State<Shared>, Query(q): Query<PlatformQuery>) -> Json<Value> {
+/// Whether everything planned is in the database (`false` while rows wait or writes fail).
+fn committed_header(api: &Api) -> [(&'static str, &'static str); 1] {
+    let committed = if api.store.borrow().is_committed() {
+        "true"
+    } else {
+        "false"
+    };
+    [("x-assignment-committed", committed)]
+}
+
+async fn assignments(State(api): State<Shared>, Query(q): Query<PlatformQuery>) -> Response {
     let platforms = match q.platform {
         Some(p) => vec![p],
         None => api.view.platforms(),
@@ -449,7 +543,7 @@ async fn assignments(State(api): State<Shared>, Query(q): Query<PlatformQuery>) 
             (p, a)
         })
         .collect();
-    Json(json!(out))
+    (committed_header(&api), Json(json!(out))).into_response()
 }
 
 async fn assignment(
@@ -461,6 +555,7 @@ async fn assignment(
         "channel": channel,
         "assignee": api.view.assignee(&platform, &channel),
         "excluded": api.view.is_excluded(&platform, &channel),
+        "committed": api.store.borrow().is_committed(),
     }))
 }
 
@@ -515,6 +610,45 @@ async fn federate_peers(State(api): State<Shared>) -> Response {
         None => error(
             StatusCode::NOT_FOUND,
             "this deployment is not in a federate pool (no active `federate:` section)",
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    limit: Option<u32>,
+}
+
+/// The last rebalances from the history tables, one row per platform, newest first.
+async fn history(State(api): State<Shared>, Query(q): Query<HistoryQuery>) -> Response {
+    match api.history.history(q.limit.unwrap_or(50).min(1000)).await {
+        Ok(rows) => Json(rows).into_response(),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("reading the history: {e}"),
+        ),
+    }
+}
+
+/// Why a channel has its assignee, from the engine's own index.
+async fn explain(
+    State(api): State<Shared>,
+    Path((platform, channel)): Path<(String, String)>,
+) -> Response {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let asked = api
+        .control
+        .send(Control::Explain {
+            platform,
+            channel,
+            reply,
+        })
+        .await;
+    match (asked, answer.await) {
+        (Ok(()), Ok(explanation)) => Json(explanation).into_response(),
+        _ => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the engine is shutting down",
         ),
     }
 }

@@ -48,6 +48,16 @@ pub struct Config {
     pub api: api::Settings,
     /// The Pallas-Bot federate pool this deployment joins, if any.
     pub federate: Option<federate::Settings>,
+    pub log_format: LogFormat,
+}
+
+/// `logFormat`: log lines for people (`text`) or one JSON object per line (`json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// The file as written: the plugin's keys at the top level, then each subsystem's section.
@@ -82,6 +92,8 @@ struct Raw {
     api: api::Settings,
     #[serde(default)]
     federate: Option<federate::Settings>,
+    #[serde(default)]
+    log_format: LogFormat,
 }
 
 fn default_interval() -> Seconds<60_000> {
@@ -117,6 +129,7 @@ pub enum RestartOnly {
     Claims,
     Api,
     Federate,
+    LogFormat,
 }
 
 impl RestartOnly {
@@ -128,6 +141,7 @@ impl RestartOnly {
             RestartOnly::Claims => "claims",
             RestartOnly::Api => "api",
             RestartOnly::Federate => "federate",
+            RestartOnly::LogFormat => "logFormat",
         }
     }
 }
@@ -171,6 +185,7 @@ impl Config {
             claims: raw.claims,
             api: raw.api,
             federate: raw.federate,
+            log_format: raw.log_format,
         };
         config.database.resolve(&base);
         config.sources.resolve(&base);
@@ -210,6 +225,9 @@ impl Config {
         if self.federate != new.federate {
             changed.push(RestartOnly::Federate);
         }
+        if self.log_format != new.log_format {
+            changed.push(RestartOnly::LogFormat);
+        }
         changed
     }
 
@@ -221,6 +239,7 @@ impl Config {
         new.claims = self.claims.clone();
         new.api = self.api.clone();
         new.federate = self.federate.clone();
+        new.log_format = self.log_format;
         new
     }
 }
@@ -285,8 +304,8 @@ mod tests {
                 "balanceCron: invalid cron expression \"every minute\"",
             ),
             (
-                "database:\n  url: mysql://x\n",
-                "database.url: expected sqlite://PATH or postgres://",
+                "database:\n  url: mongodb://x\n",
+                "database.url: expected sqlite://PATH, postgres://",
             ),
             (
                 "triggerDelays:\n  botOffline: -1\n",

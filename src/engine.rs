@@ -15,10 +15,14 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use std::sync::Arc;
+
 use crate::balance::{Plan, Planner};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::explain::{Explanation, explain};
 use crate::index::FleetIndex;
+use crate::metrics::Metrics;
 use crate::outputs::publish::Publisher;
 use crate::presence::Presence;
 use crate::source::merge::{Merge, SourceId};
@@ -39,6 +43,12 @@ pub enum Control {
     Rebalance,
     /// The sources have reported the fleet: the first rebalance may run.
     Ready,
+    /// Why a channel has its assignee (the answer goes to `reply`).
+    Explain {
+        platform: String,
+        channel: String,
+        reply: tokio::sync::oneshot::Sender<Explanation>,
+    },
 }
 
 /// Where the engine's results go besides the SQL store.
@@ -55,6 +65,7 @@ pub struct Outputs {
     pub presence_changed: watch::Sender<()>,
     /// Wall time, for history records and presence.
     pub clock: Clock,
+    pub metrics: Arc<Metrics>,
 }
 
 pub struct Engine {
@@ -301,6 +312,18 @@ impl Engine {
             }
             Control::Schedule => self.request(Cause::Schedule),
             Control::Rebalance => self.request(Cause::Requested),
+            Control::Explain {
+                platform,
+                channel,
+                reply,
+            } => {
+                let _ = reply.send(explain(
+                    &self.index,
+                    &self.config.rules,
+                    &platform,
+                    &channel,
+                ));
+            }
             Control::Config(new) => {
                 if *new == self.config {
                     return;
@@ -355,8 +378,27 @@ impl Engine {
     async fn rebalance(&mut self) {
         let causes = self.triggers.take();
         let started_at_ms = self.outputs.clock.unix_ms();
+        let planning = std::time::Instant::now();
         let plan = plan_off_the_runtime(&mut self.planner, &mut self.index, &self.config);
         self.runs += 1;
+        let metrics = &self.outputs.metrics;
+        metrics
+            .rebalance_duration
+            .observe(planning.elapsed().as_secs_f64());
+        for cause in causes.kinds() {
+            metrics
+                .rebalance_runs
+                .with_label_values(&[cause.as_str()])
+                .inc();
+        }
+        for p in &plan.platforms {
+            for (kind, n) in [("forced", p.forced), ("voluntary", p.voluntary)] {
+                metrics
+                    .moves
+                    .with_label_values(&[p.platform.as_str(), kind])
+                    .inc_by(n as u64);
+            }
+        }
         for p in &plan.platforms {
             if let Some(index) = self.index.platform(&p.platform) {
                 info!("rebalance #{} ({causes}): {}", self.runs, p.summary(index));

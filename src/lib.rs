@@ -26,13 +26,16 @@ pub(crate) mod backoff;
 pub mod balance;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub(crate) mod engine;
+pub(crate) mod explain;
 #[cfg(test)]
 mod fuzz;
 pub mod index;
 pub(crate) mod logs;
+pub(crate) mod metrics;
 pub(crate) mod model;
 pub mod outputs;
 pub mod pallas;

@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use auto_assign::balance::{self, Plan, Strategy};
 #[cfg(feature = "bench")]
 use auto_assign::bench;
+use auto_assign::cli::{Remote, RemoteError, status_table};
+use auto_assign::config::{Config, LogFormat};
 use auto_assign::snapshot::{self, Snapshot};
 
 #[derive(Parser)]
@@ -38,6 +40,25 @@ enum Command {
         #[arg(long, default_value = "config.yaml")]
         config: PathBuf,
     },
+    /// A running service's platforms, bots, loads, health and last rebalance.
+    Status {
+        #[command(flatten)]
+        remote: RemoteArgs,
+        /// The API's answers as one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Who answers in a channel of a running service, and why.
+    Explain {
+        /// The channel id (a OneBot group number).
+        channel: String,
+        #[arg(long, default_value = "onebot")]
+        platform: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pallas-Bot compatibility tools.
     #[command(subcommand)]
     Coord(CoordCommand),
@@ -45,6 +66,28 @@ enum Command {
     /// `--features bench`); exits 1 when a measurement fails.
     #[cfg(feature = "bench")]
     Bench(bench::Args),
+}
+
+#[derive(clap::Args)]
+struct RemoteArgs {
+    /// The service's HTTP API.
+    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    api: String,
+    /// The API token (`api.token`); default: the AUTO_ASSIGN_TOKEN environment variable.
+    #[arg(long)]
+    token: Option<String>,
+}
+
+impl RemoteArgs {
+    fn remote(self) -> Remote {
+        Remote {
+            api: self.api,
+            token: self
+                .token
+                .or_else(|| std::env::var("AUTO_ASSIGN_TOKEN").ok())
+                .filter(|t| !t.is_empty()),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -57,22 +100,57 @@ enum CoordCommand {
     },
 }
 
+/// Logs go to stderr, as text or one JSON object per line (`logFormat`); `RUST_LOG` filters.
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
-        .init();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    // `serve` logs as its config says, once it is read.
+    if !matches!(command, Command::Serve { .. }) {
+        init_logs(LogFormat::Text);
+    }
+    match command {
         Command::Plan {
             input,
             strategy,
             output,
         } => run_plan(&input, strategy, output.as_deref()),
         Command::Serve { config } => serve(&config),
+        Command::Status { remote, json } => match remote.remote().status() {
+            Ok(all) if json => print_json(&all),
+            Ok(all) => {
+                print!("{}", status_table(&all));
+                ExitCode::SUCCESS
+            }
+            Err(e) => remote_failed(e),
+        },
+        Command::Explain {
+            channel,
+            platform,
+            remote,
+            json,
+        } => match remote.remote().explain(&platform, &channel) {
+            Ok(answer) if json => print_json(&answer),
+            Ok(answer) => {
+                let assignee = answer["assignee"].as_str().unwrap_or("nobody");
+                println!("{platform}:{channel} → {assignee}");
+                println!("{}", answer["text"].as_str().unwrap_or(""));
+                ExitCode::SUCCESS
+            }
+            Err(e) => remote_failed(e),
+        },
         Command::Coord(CoordCommand::Eval { input }) => coord_eval(input.as_deref()),
         #[cfg(feature = "bench")]
         Command::Bench(args) => {
@@ -85,7 +163,34 @@ fn main() -> ExitCode {
     }
 }
 
+fn print_json(value: &serde_json::Value) -> ExitCode {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn remote_failed(e: RemoteError) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::FAILURE
+}
+
 fn serve(config: &std::path::Path) -> ExitCode {
+    let config = match Config::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            init_logs(LogFormat::Text);
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logs(config.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

@@ -40,6 +40,10 @@ pub struct BotPresence {
     pub groups: usize,
     /// Further connections to the bot standing by (they take over when the current one ends).
     pub standby_connections: usize,
+    /// Connections taken since the start (the first, then every reconnect).
+    pub connections: u64,
+    /// Failed status probes since the start.
+    pub probe_failures: u64,
 }
 
 impl BotPresence {
@@ -57,6 +61,8 @@ impl BotPresence {
             last_group_refresh: None,
             groups: 0,
             standby_connections: 0,
+            connections: 0,
+            probe_failures: 0,
         }
     }
 }

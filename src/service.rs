@@ -5,7 +5,7 @@
 //! [`Running`], never from the log.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -17,6 +17,7 @@ use crate::api::{self, Api};
 use crate::clock::Clock;
 use crate::config::{Config, FileError, ReloadStatus};
 use crate::engine::{Control, Engine, Outputs};
+use crate::metrics::Metrics;
 use crate::outputs::presence_registry;
 use crate::outputs::publish::{Keys, Publisher};
 use crate::outputs::redis::Redis;
@@ -85,9 +86,8 @@ impl Running {
     }
 }
 
-/// `auto-assign serve`: loads the config, starts, runs until `shutdown`, stops.
-pub async fn serve(config_path: &Path, shutdown: CancellationToken) -> Result<(), ServeError> {
-    let config = Config::load(config_path)?;
+/// `auto-assign serve`: starts on a loaded config, runs until `shutdown`, stops.
+pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), ServeError> {
     let running = start(config, Clock::system()).await?;
     let stop = running.shutdown.clone();
     tokio::spawn(async move {
@@ -153,7 +153,16 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         tasks.spawn(reporters.clone().expire(shutdown.clone()));
         reporters
     });
-    let writer = Writer::start(store, config.database.shutdown_timeout.get(), clock);
+    // The API reads the history through its own handle on the same pool.
+    let history_reader = store.clone();
+    let metrics = Arc::new(Metrics::new());
+    let writer = Writer::start(
+        store,
+        config.database.shutdown_timeout.get(),
+        clock,
+        metrics.clone(),
+    );
+    let publication = publisher.as_ref().map(|p| p.status.clone());
     let store_status = writer.status();
     let outputs = Outputs {
         view: shared.view.clone(),
@@ -161,6 +170,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         presence: shared.presence.clone(),
         presence_changed: shared.presence_changed.clone(),
         clock,
+        metrics: metrics.clone(),
     };
     let mut engine = Engine::new(config.clone(), stored, writer, outputs);
     let (reload_status, reload_rx) = watch::channel(ReloadStatus::default());
@@ -190,6 +200,10 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
                 config: reload_rx,
                 reporters: reporters.clone(),
                 shutdown: shutdown.clone(),
+                metrics,
+                metrics_auth: config.api.metrics_auth,
+                history: history_reader.clone(),
+                publication,
             };
             Some(start_api(&shared, api, bind, &mut tasks).await?)
         }

@@ -111,6 +111,11 @@ impl Cause {
 pub struct Causes(BTreeMap<Cause, usize>);
 
 impl Causes {
+    /// Each cause of the run, once.
+    pub fn kinds(&self) -> impl Iterator<Item = Cause> + '_ {
+        self.0.keys().copied()
+    }
+
     #[cfg(test)]
     fn count(&self, cause: Cause) -> usize {
         self.0.get(&cause).copied().unwrap_or(0)

@@ -17,10 +17,13 @@
 //! republish is due, retried with backoff, and the shared [`View`] supplies the state.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -63,19 +66,44 @@ pub type Changes = Vec<(String, String, Option<String>)>;
 #[derive(Clone)]
 pub struct Publisher {
     tx: mpsc::UnboundedSender<Changes>,
+    pub status: Arc<PublishStatus>,
+}
+
+/// How far the publication is: the version in Redis, and since when changes wait.
+#[derive(Default)]
+pub struct PublishStatus {
+    inner: Mutex<(i64, Option<Instant>)>,
+}
+
+impl PublishStatus {
+    /// The version last published, and how long the oldest unpublished change has waited.
+    pub fn read(&self) -> (i64, Duration) {
+        let (version, waiting) = *self.inner.lock();
+        (version, waiting.map_or(Duration::ZERO, |t| t.elapsed()))
+    }
+
+    fn queued(&self) {
+        self.inner.lock().1.get_or_insert_with(Instant::now);
+    }
+
+    fn published(&self, version: i64) {
+        *self.inner.lock() = (version, None);
+    }
 }
 
 impl Publisher {
     /// Queues a plan's changes; never waits.
     pub fn publish(&self, changes: Changes) {
+        self.status.queued();
         let _ = self.tx.send(changes);
     }
 
     /// Starts the publishing task.
     pub fn start(redis: Redis, view: View, keys: Keys, shutdown: CancellationToken) -> Publisher {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(redis, view, keys, rx, shutdown));
-        Publisher { tx }
+        let status = Arc::new(PublishStatus::default());
+        tokio::spawn(run(redis, view, keys, rx, status.clone(), shutdown));
+        Publisher { tx, status }
     }
 }
 
@@ -121,6 +149,7 @@ async fn run(
     view: View,
     keys: Keys,
     mut rx: mpsc::UnboundedReceiver<Changes>,
+    status: Arc<PublishStatus>,
     shutdown: CancellationToken,
 ) {
     let mut dirty = true;
@@ -179,6 +208,9 @@ async fn run(
                     info!("redis: available again; assignment republished as version {v}");
                 }
                 version = v;
+                if rx.is_empty() {
+                    status.published(v);
+                }
                 dirty = false;
                 merged.clear();
             }

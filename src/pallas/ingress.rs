@@ -81,6 +81,8 @@ pub struct Decision {
     /// claim)"`, ...).
     #[serde(serialize_with = "crate::pallas::ingress::as_text")]
     pub reason: Reason,
+    /// The reason as a stable label (`assignee`, `claim`, ...), for programs.
+    pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assignee: Option<String>,
 }
@@ -88,6 +90,7 @@ pub struct Decision {
 fn decision(handle: bool, reason: Reason, assignee: Option<String>) -> Decision {
     Decision {
         handle,
+        kind: reason.kind(),
         reason,
         assignee,
     }
@@ -135,6 +138,28 @@ pub enum NoAssignee {
     Excluded,
     Unassigned,
     AssigneeOffline,
+}
+
+impl Reason {
+    /// A short, stable label (the metrics' `reason`): `assignee`, `claim`, `pool_claim`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::SentByFleetBot => "fleet_bot",
+            Reason::SentByPeerBot => "peer_bot",
+            Reason::Private => "private",
+            Reason::Mentioned => "mentioned",
+            Reason::OtherBotMentioned => "other_mentioned",
+            Reason::PeerBotMentioned => "peer_mentioned",
+            Reason::Fanout => "fanout",
+            Reason::PeerDeclaresCommand => "peer_command",
+            Reason::GroupAdminOwner { .. } => "group_admin_owner",
+            Reason::OwnedByDeployment(_) => "owned_elsewhere",
+            Reason::Assignee => "assignee",
+            Reason::AssignedToAnotherBot => "assigned_elsewhere",
+            Reason::Claim { .. } => "claim",
+            Reason::Pool { .. } => "pool_claim",
+        }
+    }
 }
 
 impl std::fmt::Display for Reason {
@@ -328,13 +353,12 @@ async fn pool_claim(
     command_traffic: bool,
     local: Decision,
 ) -> Decision {
-    let pool = |outcome: Outcome| Decision {
-        handle: outcome.won(),
-        reason: Reason::Pool {
+    let pool = |outcome: Outcome| {
+        let reason = Reason::Pool {
             local: Box::new(local.reason.clone()),
             outcome,
-        },
-        assignee: local.assignee.clone(),
+        };
+        decision(outcome.won(), reason, local.assignee.clone())
     };
     // Pallas-Bot's gate makes every command-traffic message a `command` candidate: the same
     // candidate round and the same claim key (`federate_ingress_v2`) as upstream peers.

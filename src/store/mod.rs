@@ -1,7 +1,7 @@
 //! Outputs of a rebalance. The SQL store is the durable record: Koishi's `channel.assignee`
 //! and the rebalance history.
 //!
-//! * [`sql`]: SQLite / PostgreSQL;
+//! * [`sql`]: SQLite / PostgreSQL / MySQL (MariaDB);
 //! * [`memory`]: the same contract in memory, for tests of everything around it;
 //! * [`writer`]: the task that commits beside the engine, merging and retrying while the
 //!   database is away, so planning never waits for it.
@@ -53,6 +53,8 @@ pub enum DatabaseUrl {
     Sqlite(PathBuf),
     /// `postgres://user:password@host:port/db`.
     Postgres(SecretUrl),
+    /// `mysql://user:password@host:port/db` (or `mariadb://...`).
+    Mysql(SecretUrl),
 }
 
 impl DatabaseUrl {
@@ -68,8 +70,12 @@ impl DatabaseUrl {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(DatabaseUrl::Postgres(SecretUrl::new(url)));
         }
+        if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            return Ok(DatabaseUrl::Mysql(SecretUrl::new(url)));
+        }
         Err(format!(
-            "expected sqlite://PATH or postgres://user:password@host:port/db (got {:?})",
+            "expected sqlite://PATH, postgres://user:password@host:port/db or \
+             mysql://user:password@host:port/db (got {:?})",
             redact_url(url)
         ))
     }

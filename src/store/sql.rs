@@ -1,28 +1,47 @@
-//! The SQL store: SQLite (embedded default) or PostgreSQL, migrations applied at connect.
+//! The SQL store: SQLite (embedded default), PostgreSQL or MySQL/MariaDB, migrations applied
+//! at connect.
 //!
 //! Channel rows are written the way Koishi expects an external writer to write them: ids as
 //! decimal strings, and an UPSERT that only ever changes `assignee` of an existing row, so
 //! `flag`, `locales`, `permissions` and `createdAt` set by Koishi or an admin survive. Every
 //! rebalance is one transaction: its changed rows and its history rows land together or not
 //! at all.
+//!
+//! Koishi's table has another layout on each database (text lists and epoch milliseconds on
+//! SQLite, `text[]` and `timestamptz` plus the driver's `_pg_mtime` on PostgreSQL, text lists
+//! and `datetime(3)` on MySQL). The migrations create exactly Koishi's layout when the table
+//! is missing, and the values written follow the [`Layout`] read back from the database at
+//! connect (and again after a rejected write), whoever created the table.
 
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use parking_lot::Mutex;
 use sqlx::QueryBuilder;
-use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlQueryResult};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgQueryResult};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteQueryResult,
+};
+use tracing::info;
 
 use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Store, StoreError};
 use crate::clock::Clock;
 
-/// Rows per UPSERT statement (5 parameters each, far below both databases' limits).
+/// Rows per UPSERT statement (5 parameters each, far below every database's limit).
 const CHUNK: usize = 1000;
 
 #[derive(Clone, Debug)]
 pub struct SqlStore {
     pool: Pool,
-    /// `createdAt` of new rows.
+    /// How `channel` stores what we write; read again after a rejected write.
+    layout: Arc<Mutex<Layout>>,
+    /// Koishi's PostgreSQL driver's per-upsert counter, the low byte of `_pg_mtime`.
+    mtime_counter: Arc<AtomicU8>,
+    /// `createdAt` of new rows, and `_pg_mtime`.
     clock: Clock,
 }
 
@@ -30,25 +49,175 @@ pub struct SqlStore {
 enum Pool {
     Sqlite(SqlitePool),
     Postgres(PgPool),
+    Mysql(MySqlPool),
 }
 
-/// Runs the same code for either pool type.
+/// Runs the same code for every pool type.
 macro_rules! on_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match &$store.pool {
             Pool::Sqlite($pool) => $body,
             Pool::Postgres($pool) => $body,
+            Pool::Mysql($pool) => $body,
         }
     };
 }
 
-const UPSERT_HEAD: &str = r#"INSERT INTO channel (id, platform, flag, assignee, "guildId", locales, permissions, "createdAt") "#;
-const UPSERT_TAIL: &str = " ON CONFLICT (id, platform) DO UPDATE SET assignee = excluded.assignee";
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+/// `locales` and `permissions`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lists {
+    /// Comma-joined text, `''` for the empty list (Koishi on SQLite and MySQL).
+    Text,
+    /// `text[]` (Koishi on PostgreSQL): `'{}'` for the empty list.
+    Array,
+}
+
+/// `createdAt`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CreatedAt {
+    /// Integer milliseconds since the epoch (Koishi on SQLite).
+    EpochMs,
+    /// `timestamptz` (Koishi on PostgreSQL) or `datetime(3)` (Koishi on MySQL).
+    Timestamp,
+}
+
+/// The column types of `channel` that decide how a row is written, read back from the
+/// database rather than assumed: whoever created the table first decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    backend: Backend,
+    lists: Lists,
+    created_at: CreatedAt,
+    /// The column `_pg_mtime` exists (Koishi's PostgreSQL driver's modification stamp).
+    pg_mtime: bool,
+}
+
+impl Layout {
+    /// Koishi's layout on each database, for a table that cannot be read back.
+    fn koishi(backend: Backend) -> Layout {
+        match backend {
+            Backend::Sqlite => Layout {
+                backend,
+                lists: Lists::Text,
+                created_at: CreatedAt::EpochMs,
+                pg_mtime: false,
+            },
+            Backend::Postgres => Layout {
+                backend,
+                lists: Lists::Array,
+                created_at: CreatedAt::Timestamp,
+                pg_mtime: true,
+            },
+            Backend::Mysql => Layout {
+                backend,
+                lists: Lists::Text,
+                created_at: CreatedAt::Timestamp,
+                pg_mtime: false,
+            },
+        }
+    }
+
+    /// From `(column name, data type)` pairs as `information_schema.columns` gives them.
+    /// SQLite has one layout (every column TEXT but `flag` and `createdAt`, INTEGER).
+    fn from_columns(backend: Backend, columns: &[(String, String)]) -> Layout {
+        if columns.is_empty() || backend == Backend::Sqlite {
+            return Layout::koishi(backend);
+        }
+        let type_of = |name: &str| {
+            columns
+                .iter()
+                .find(|(c, _)| c == name)
+                .map(|(_, t)| t.to_ascii_lowercase())
+                .unwrap_or_default()
+        };
+        let lists = if type_of("locales") == "array" || type_of("locales").ends_with("[]") {
+            Lists::Array
+        } else {
+            Lists::Text
+        };
+        let created = type_of("createdAt");
+        let created_at = if created.contains("time") || created.starts_with("date") {
+            CreatedAt::Timestamp
+        } else {
+            CreatedAt::EpochMs
+        };
+        Layout {
+            backend,
+            lists,
+            created_at,
+            pg_mtime: backend == Backend::Postgres && columns.iter().any(|(c, _)| c == "_pg_mtime"),
+        }
+    }
+
+    fn quote(&self, name: &str) -> String {
+        match self.backend {
+            Backend::Mysql => format!("`{name}`"),
+            Backend::Sqlite | Backend::Postgres => format!("\"{name}\""),
+        }
+    }
+
+    fn upsert_head(&self) -> String {
+        format!(
+            "INSERT INTO channel (id, platform, flag, assignee, {}, locales, permissions, {}) ",
+            self.quote("guildId"),
+            self.quote("createdAt")
+        )
+    }
+
+    /// Only `assignee` of an existing row changes (and `_pg_mtime`, as Koishi's own upsert
+    /// sets it).
+    fn upsert_tail(&self, pg_mtime: i64) -> String {
+        match self.backend {
+            Backend::Mysql => " ON DUPLICATE KEY UPDATE assignee = VALUES(assignee)".into(),
+            Backend::Sqlite | Backend::Postgres => {
+                let mut tail = String::from(
+                    " ON CONFLICT (id, platform) DO UPDATE SET assignee = excluded.assignee",
+                );
+                if self.pg_mtime {
+                    tail.push_str(&format!(", {} = {pg_mtime}", self.quote("_pg_mtime")));
+                }
+                tail
+            }
+        }
+    }
+
+    /// The empty list, as the list columns store it.
+    fn empty_list(&self) -> &'static str {
+        match self.lists {
+            Lists::Text => "''",
+            Lists::Array => "'{}'",
+        }
+    }
+
+    /// What goes before and after the bound milliseconds of `createdAt`.
+    fn created_at(&self) -> (&'static str, &'static str) {
+        match (self.created_at, self.backend) {
+            (CreatedAt::EpochMs, _) => ("", ""),
+            // Exact to the millisecond: the bound integer becomes a float8 exactly (< 2^53).
+            (CreatedAt::Timestamp, Backend::Postgres) => {
+                ("('epoch'::timestamptz + ", " * INTERVAL '1 millisecond')")
+            }
+            // In the session's time zone, which is the server's (see `connect`): a datetime
+            // has no zone, and Koishi's MySQL driver writes its host's local time.
+            (CreatedAt::Timestamp, Backend::Mysql) => ("FROM_UNIXTIME(", " / 1000)"),
+            // Never read back from SQLite (Koishi's SQLite layout is fixed).
+            (CreatedAt::Timestamp, Backend::Sqlite) => ("", ""),
+        }
+    }
+}
 
 impl SqlStore {
-    /// Connects (creating an SQLite file and its directory if needed) and migrates.
+    /// Connects (creating an SQLite file and its directory if needed), migrates, and reads
+    /// the layout of `channel` back.
     pub async fn connect(db: &DatabaseUrl, clock: Clock) -> anyhow::Result<SqlStore> {
-        match db {
+        let pool = match db {
             DatabaseUrl::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)
@@ -70,10 +239,7 @@ impl SqlStore {
                     .run(&pool)
                     .await
                     .context("migrating the SQLite database")?;
-                Ok(SqlStore {
-                    pool: Pool::Sqlite(pool),
-                    clock,
-                })
+                Pool::Sqlite(pool)
             }
             DatabaseUrl::Postgres(url) => {
                 let pool = PgPoolOptions::new()
@@ -86,12 +252,91 @@ impl SqlStore {
                     .run(&pool)
                     .await
                     .context("migrating the PostgreSQL database")?;
-                Ok(SqlStore {
-                    pool: Pool::Postgres(pool),
-                    clock,
-                })
+                Pool::Postgres(pool)
             }
+            DatabaseUrl::Mysql(url) => {
+                // `mariadb://` is the same protocol. The session keeps the server's time zone
+                // (sqlx would set UTC): `createdAt` is a zoneless `datetime(3)`, and Koishi's
+                // driver writes it in local time.
+                let options = MySqlConnectOptions::from_str(&url.expose().replacen(
+                    "mariadb://",
+                    "mysql://",
+                    1,
+                ))
+                .map_err(|_| anyhow::anyhow!("{url}: not a valid MySQL URL"))?
+                .timezone(None);
+                let pool = MySqlPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(3))
+                    .connect_with(options)
+                    .await
+                    .context("connecting to MySQL")?;
+                sqlx::migrate!("./migrations/mysql")
+                    .run(&pool)
+                    .await
+                    .context("migrating the MySQL database")?;
+                Pool::Mysql(pool)
+            }
+        };
+        let store = SqlStore {
+            pool,
+            layout: Arc::new(Mutex::new(Layout::koishi(Backend::Sqlite))),
+            mtime_counter: Arc::default(),
+            clock,
+        };
+        let layout = store
+            .read_layout()
+            .await
+            .context("reading the layout of the channel table")?;
+        info!("channel table layout: {layout:?}");
+        *store.layout.lock() = layout;
+        Ok(store)
+    }
+
+    fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+            Pool::Mysql(_) => Backend::Mysql,
         }
+    }
+
+    /// The column types of `channel`, as the database reports them.
+    async fn read_layout(&self) -> Result<Layout, sqlx::Error> {
+        let columns: Vec<(String, String)> = match &self.pool {
+            Pool::Sqlite(_) => Vec::new(),
+            Pool::Postgres(pool) => {
+                sqlx::query_as(
+                    "SELECT column_name::text, data_type::text FROM information_schema.columns \
+                     WHERE table_schema = current_schema() AND table_name = 'channel'",
+                )
+                .fetch_all(pool)
+                .await?
+            }
+            Pool::Mysql(pool) => {
+                sqlx::query_as(
+                    "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR) \
+                     FROM information_schema.COLUMNS \
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'channel'",
+                )
+                .fetch_all(pool)
+                .await?
+            }
+        };
+        Ok(Layout::from_columns(self.backend(), &columns))
+    }
+
+    /// Koishi's PostgreSQL driver (`@minatojs/driver-postgres` 2.7, `upsert`) stamps every
+    /// row its UPSERT updates with `_pg_mtime = Date.now() * 256 + counter`, the counter
+    /// going 1, 2, …, 255, 0 with each upsert call, and leaves `_pg_mtime` NULL on rows the
+    /// UPSERT inserts (it reads the value back to tell inserted rows from updated ones). We
+    /// stamp the same way, once per UPSERT statement.
+    fn next_pg_mtime(&self, now_ms: i64) -> i64 {
+        let counter = self
+            .mtime_counter
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
+        now_ms * 256 + i64::from(counter)
     }
 }
 
@@ -103,7 +348,21 @@ impl Store for SqlStore {
     }
 
     async fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
-        self.commit_batch(batch).await.map_err(store_error)
+        let result = self.commit_batch(batch).await.map_err(store_error);
+        if let Err(e) = &result
+            && e.kind == Failure::Rejected
+        {
+            // Someone may have changed the table under us (Koishi converting it, an admin):
+            // the next attempt writes what the table holds now.
+            if let Ok(layout) = self.read_layout().await {
+                let mut current = self.layout.lock();
+                if *current != layout {
+                    info!("channel table layout changed: {layout:?}");
+                    *current = layout;
+                }
+            }
+        }
+        result
     }
 
     async fn close(&self) {
@@ -114,13 +373,25 @@ impl Store for SqlStore {
 /// An SQL error as a store error: outage (retry) or rejection (the table is not as expected).
 fn store_error(e: sqlx::Error) -> StoreError {
     let kind = match &e {
-        // SQLSTATE classes 22 (data exception) and 42 (syntax error or access rule violation:
-        // a missing column, a column of another type) on PostgreSQL; SQLite's "datatype
-        // mismatch", "no such column/table" and constraint errors.
         sqlx::Error::Database(db) => {
             let code = db.code().unwrap_or_default();
             let message = db.message();
-            if code.starts_with("22")
+            // MySQL/MariaDB error numbers: 1054 unknown column, 1146 unknown table, 1406 data
+            // too long, 1366/1292 incorrect value for a column, 1264 out of range, 1048/1364
+            // a column that cannot be NULL / has no default.
+            let mysql_rejects = db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|m| {
+                    matches!(
+                        m.number(),
+                        1048 | 1054 | 1146 | 1264 | 1292 | 1364 | 1366 | 1406
+                    )
+                });
+            // SQLSTATE classes 22 (data exception) and 42 (syntax error or access rule
+            // violation: a missing column, a column of another type) on PostgreSQL and MySQL;
+            // SQLite's "datatype mismatch", "no such column/table".
+            if mysql_rejects
+                || code.starts_with("22")
                 || code.starts_with("42")
                 || message.contains("datatype mismatch")
                 || message.contains("no such column")
@@ -143,25 +414,55 @@ fn store_error(e: sqlx::Error) -> StoreError {
     }
 }
 
+/// The id of the row an INSERT created, where the database reports it without `RETURNING`.
+trait InsertedId {
+    fn inserted_id(&self) -> Option<i64>;
+}
+
+impl InsertedId for SqliteQueryResult {
+    fn inserted_id(&self) -> Option<i64> {
+        Some(self.last_insert_rowid())
+    }
+}
+
+impl InsertedId for MySqlQueryResult {
+    fn inserted_id(&self) -> Option<i64> {
+        i64::try_from(self.last_insert_id()).ok()
+    }
+}
+
+impl InsertedId for PgQueryResult {
+    fn inserted_id(&self) -> Option<i64> {
+        None
+    }
+}
+
 impl SqlStore {
     /// Writes a batch in one transaction.
     async fn commit_batch(&self, batch: &Batch) -> Result<(), sqlx::Error> {
         let now_ms = self.clock.unix_ms();
+        let layout = *self.layout.lock();
+        let head = layout.upsert_head();
+        let list = layout.empty_list();
+        let (created_before, created_after) = layout.created_at();
+        let returning = layout.backend == Backend::Postgres;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             for chunk in batch.writes.chunks(CHUNK) {
-                let mut q = QueryBuilder::new(UPSERT_HEAD);
+                let mut q = QueryBuilder::new(head.as_str());
                 q.push_values(chunk, |mut row, w: &ChannelWrite| {
                     row.push_bind(w.channel.clone())
                         .push_bind(w.platform.clone())
                         .push("0")
                         .push_bind(w.assignee.clone())
                         .push_bind(guild_id(w))
-                        .push("''")
-                        .push("''")
-                        .push_bind(now_ms);
+                        .push(list)
+                        .push(list)
+                        .push(created_before)
+                        .push_bind_unseparated(now_ms)
+                        .push_unseparated(created_after);
                 });
-                q.push(UPSERT_TAIL);
+                q.push(layout.upsert_tail(self.next_pg_mtime(now_ms)));
                 // Not cached: the statement text varies with the chunk size, and a cache of
                 // thousand-row statements costs megabytes.
                 q.build().persistent(false).execute(&mut *tx).await?;
@@ -170,40 +471,49 @@ impl SqlStore {
                 let forced: i64 = run.platforms.iter().map(|p| p.forced).sum();
                 let voluntary: i64 = run.platforms.iter().map(|p| p.voluntary).sum();
                 let channels: i64 = run.platforms.iter().map(|p| p.channels).sum();
-                let id: i64 = sqlx::query_scalar(
+                let mut q = QueryBuilder::new(
                     "INSERT INTO auto_assign_rebalance \
-                     (started_at, finished_at, causes, strategy, channels, moved_forced, moved_voluntary) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-                )
-                .bind(run.started_at_ms)
-                .bind(run.finished_at_ms)
-                .bind(run.causes.clone())
-                .bind(run.strategy.clone())
-                .bind(channels)
-                .bind(forced)
-                .bind(voluntary)
-                .fetch_one(&mut *tx)
-                .await?;
-                for p in &run.platforms {
-                    sqlx::query(
-                        "INSERT INTO auto_assign_rebalance_platform \
-                         (rebalance_id, platform, channels, unassigned, moved_forced, moved_voluntary, \
-                          bots, mean, stddev, min_load, max_load) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                    )
-                    .bind(id)
-                    .bind(p.platform.clone())
-                    .bind(p.channels)
-                    .bind(p.unassigned)
-                    .bind(p.forced)
-                    .bind(p.voluntary)
-                    .bind(p.bots)
-                    .bind(p.mean)
-                    .bind(p.stddev)
-                    .bind(p.min)
-                    .bind(p.max)
-                    .execute(&mut *tx)
-                    .await?;
+                     (started_at, finished_at, causes, strategy, channels, moved_forced, moved_voluntary) ",
+                );
+                q.push_values([run], |mut row, run| {
+                    row.push_bind(run.started_at_ms)
+                        .push_bind(run.finished_at_ms)
+                        .push_bind(run.causes.clone())
+                        .push_bind(run.strategy.clone())
+                        .push_bind(channels)
+                        .push_bind(forced)
+                        .push_bind(voluntary);
+                });
+                let id: i64 = if returning {
+                    q.push(" RETURNING id");
+                    q.build_query_scalar().fetch_one(&mut *tx).await?
+                } else {
+                    q.build()
+                        .execute(&mut *tx)
+                        .await?
+                        .inserted_id()
+                        .ok_or_else(|| sqlx::Error::Protocol("no id for the inserted rebalance".into()))?
+                };
+                let mut q = QueryBuilder::new(
+                    "INSERT INTO auto_assign_rebalance_platform \
+                     (rebalance_id, platform, channels, unassigned, moved_forced, moved_voluntary, \
+                      bots, mean, stddev, min_load, max_load) ",
+                );
+                q.push_values(&run.platforms, |mut row, p| {
+                    row.push_bind(id)
+                        .push_bind(p.platform.clone())
+                        .push_bind(p.channels)
+                        .push_bind(p.unassigned)
+                        .push_bind(p.forced)
+                        .push_bind(p.voluntary)
+                        .push_bind(p.bots)
+                        .push_bind(p.mean)
+                        .push_bind(p.stddev)
+                        .push_bind(p.min)
+                        .push_bind(p.max);
+                });
+                if !run.platforms.is_empty() {
+                    q.build().execute(&mut *tx).await?;
                 }
             }
             tx.commit().await
@@ -218,5 +528,83 @@ fn guild_id(w: &ChannelWrite) -> String {
         w.channel.clone()
     } else {
         String::new()
+    }
+}
+
+/// One platform of one rebalance, from the history tables (`GET /v1/history`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct HistoryRow {
+    pub id: i64,
+    pub finished_at_ms: i64,
+    pub causes: String,
+    pub platform: String,
+    pub moved_forced: i64,
+    pub moved_voluntary: i64,
+    pub mean: f64,
+    pub stddev: f64,
+    pub max_load: i64,
+}
+
+impl SqlStore {
+    /// The last `limit` rebalances' per-platform records, newest first.
+    pub async fn history(&self, limit: u32) -> Result<Vec<HistoryRow>, StoreError> {
+        const HEAD: &str = "SELECT r.id, r.finished_at AS finished_at_ms, r.causes, p.platform, \
+             p.moved_forced, p.moved_voluntary, p.mean, p.stddev, p.max_load \
+             FROM auto_assign_rebalance r \
+             JOIN auto_assign_rebalance_platform p ON p.rebalance_id = r.id \
+             ORDER BY r.id DESC LIMIT ";
+        on_pool!(self, pool => {
+            let mut q = QueryBuilder::new(HEAD);
+            q.push_bind(i64::from(limit));
+            q.build_query_as::<HistoryRow>().fetch_all(pool).await
+        })
+        .map_err(store_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn columns(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(c, t)| (c.to_string(), t.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn layouts_are_read_from_the_column_types() {
+        let koishi_pg = columns(&[
+            ("locales", "ARRAY"),
+            ("createdAt", "timestamp with time zone"),
+            ("_pg_mtime", "bigint"),
+        ]);
+        assert_eq!(
+            Layout::from_columns(Backend::Postgres, &koishi_pg),
+            Layout::koishi(Backend::Postgres)
+        );
+        let old_pg = columns(&[("locales", "text"), ("createdAt", "bigint")]);
+        let old = Layout::from_columns(Backend::Postgres, &old_pg);
+        assert_eq!(
+            (old.lists, old.created_at, old.pg_mtime),
+            (Lists::Text, CreatedAt::EpochMs, false)
+        );
+        assert_eq!(old.empty_list(), "''");
+        assert!(!old.upsert_tail(7).contains("_pg_mtime"));
+        let mysql = columns(&[("locales", "text"), ("createdAt", "datetime")]);
+        assert_eq!(
+            Layout::from_columns(Backend::Mysql, &mysql),
+            Layout::koishi(Backend::Mysql)
+        );
+        assert_eq!(Layout::koishi(Backend::Sqlite).created_at(), ("", ""));
+        let pg = Layout::koishi(Backend::Postgres);
+        assert_eq!(pg.empty_list(), "'{}'");
+        assert!(pg.upsert_tail(7).ends_with(r#", "_pg_mtime" = 7"#));
+        assert!(
+            Layout::koishi(Backend::Mysql)
+                .upsert_tail(7)
+                .contains("ON DUPLICATE KEY UPDATE assignee = VALUES(assignee)")
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! for a bounded time and hands back what it could not write, so the caller can say exactly
 //! what was lost.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
@@ -17,6 +18,7 @@ use tracing::{error, info, warn};
 use super::{Batch, Failure, Pending, Store};
 use crate::backoff::{Backoff, Jitter};
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 
 /// What the writer is doing, for `/healthz` and the API.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -65,10 +67,15 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(120);
 impl Writer {
     /// Starts the writing task; on [`Writer::finish`] it flushes for at most
     /// `shutdown_timeout`.
-    pub fn start<S: Store>(store: S, shutdown_timeout: Duration, clock: Clock) -> Writer {
+    pub fn start<S: Store>(
+        store: S,
+        shutdown_timeout: Duration,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Writer {
         let (tx, rx) = mpsc::unbounded_channel();
         let (status_tx, status) = watch::channel(WriteStatus::default());
-        let task = tokio::spawn(run(store, rx, status_tx, shutdown_timeout, clock));
+        let task = tokio::spawn(run(store, rx, status_tx, shutdown_timeout, clock, metrics));
         Writer { tx, status, task }
     }
 
@@ -96,6 +103,7 @@ async fn run<S: Store>(
     status: watch::Sender<WriteStatus>,
     shutdown_timeout: Duration,
     clock: Clock,
+    metrics: Arc<Metrics>,
 ) -> Unwritten {
     let mut pending = Pending::default();
     let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
@@ -118,7 +126,16 @@ async fn run<S: Store>(
             publish(&status, &pending, None, clock);
             continue;
         }
-        match commit(&store, &mut pending, &status, COMMIT_TIMEOUT, clock).await {
+        match commit(
+            &store,
+            &mut pending,
+            &status,
+            COMMIT_TIMEOUT,
+            clock,
+            &metrics,
+        )
+        .await
+        {
             Ok(()) => {
                 let failures = backoff.succeed();
                 if failures > 0 {
@@ -155,7 +172,7 @@ async fn run<S: Store>(
         if left.is_zero() {
             break;
         }
-        match commit(&store, &mut pending, &status, left, clock).await {
+        match commit(&store, &mut pending, &status, left, clock, &metrics).await {
             Ok(()) => last_error = None,
             Err((_, message)) => {
                 last_error = Some(message);
@@ -173,6 +190,13 @@ async fn run<S: Store>(
     }
 }
 
+fn failure_label(kind: Failure) -> &'static str {
+    match kind {
+        Failure::Outage => "outage",
+        Failure::Rejected => "rejected",
+    }
+}
+
 /// One commit of everything pending, given at most `limit`; on failure the rows go back
 /// (under anything newer).
 async fn commit<S: Store>(
@@ -181,6 +205,7 @@ async fn commit<S: Store>(
     status: &watch::Sender<WriteStatus>,
     limit: Duration,
     clock: Clock,
+    metrics: &Metrics,
 ) -> Result<(), (Failure, String)> {
     let batch = pending.take();
     // While it is in flight the batch is still pending, as far as anyone asking can tell.
@@ -188,6 +213,7 @@ async fn commit<S: Store>(
         s.pending_rows = batch.writes.len();
         s.pending_runs = batch.runs.len();
     });
+    let started = std::time::Instant::now();
     let committed = match tokio::time::timeout(limit, store.commit(&batch)).await {
         Ok(result) => result,
         Err(_) => Err(super::StoreError {
@@ -195,6 +221,15 @@ async fn commit<S: Store>(
             message: format!("no answer within {limit:?}"),
         }),
     };
+    match &committed {
+        Ok(()) => metrics
+            .store_commit_duration
+            .observe(started.elapsed().as_secs_f64()),
+        Err(e) => metrics
+            .store_commit_failures
+            .with_label_values(&[failure_label(e.kind)])
+            .inc(),
+    }
     match committed {
         Ok(()) => {
             status.send_modify(|s| {
@@ -266,7 +301,12 @@ mod tests {
     async fn an_outage_merges_and_retries_without_losing_anything() {
         let store = MemoryStore::default();
         store.set_failing(Some(Failure::Outage));
-        let writer = Writer::start(store.clone(), Duration::from_secs(10), Clock::system());
+        let writer = Writer::start(
+            store.clone(),
+            Duration::from_secs(10),
+            Clock::system(),
+            Arc::default(),
+        );
         let mut status = writer.status();
         writer.submit(batch(&[("a", "1"), ("b", "1")], 1));
         status.wait_for(|s| s.last_error.is_some()).await.unwrap();
@@ -294,7 +334,12 @@ mod tests {
     async fn a_stop_during_an_outage_reports_what_was_not_written() {
         let store = MemoryStore::default();
         store.set_failing(Some(Failure::Rejected));
-        let writer = Writer::start(store.clone(), Duration::from_secs(5), Clock::system());
+        let writer = Writer::start(
+            store.clone(),
+            Duration::from_secs(5),
+            Clock::system(),
+            Arc::default(),
+        );
         let mut status = writer.status();
         writer.submit(batch(&[("a", "1")], 7));
         status.wait_for(|s| s.failure.is_some()).await.unwrap();

@@ -1,5 +1,5 @@
-//! Test support: temporary directories, the real service binary, and a real PostgreSQL
-//! server started on a free loopback port.
+//! Test support: temporary directories, the real service binary, and real PostgreSQL and
+//! MariaDB servers started on free loopback ports.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -178,6 +178,8 @@ pub fn free_port() -> u16 {
 pub struct Service {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
+    /// Reads stderr into `log`; it ends when the process has exited and the pipe is drained.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Service {
@@ -193,12 +195,16 @@ impl Service {
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
         });
-        Service { child, log }
+        Service {
+            child,
+            log,
+            reader: Some(reader),
+        }
     }
 
     pub fn log(&self) -> String {
@@ -260,6 +266,10 @@ impl Service {
         let until = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                // The last lines may still be in the pipe: the log is whole once it is drained.
+                if let Some(reader) = self.reader.take() {
+                    let _ = reader.join();
+                }
                 return status;
             }
             assert!(
@@ -437,11 +447,151 @@ pub fn installed(program: &str, package: &str) {
     );
 }
 
+/// Whether the tests run as root (servers that refuse root need telling).
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false)
+}
+
+/// A throwaway MariaDB server on a free loopback port: a fresh data directory in a temporary
+/// directory, its own socket file, no grant tables (any user, no password), stopped on drop.
+pub struct MariaDb {
+    dir: TempDir,
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl MariaDb {
+    pub fn start() -> MariaDb {
+        let mut server = MariaDb {
+            dir: TempDir::new("mariadb"),
+            child: None,
+            port: free_port(),
+        };
+        std::fs::create_dir_all(server.dir.join("data")).unwrap();
+        server.restart();
+        server
+    }
+
+    /// `mysql://root@127.0.0.1:port/{database}`.
+    pub fn url(&self, database: &str) -> String {
+        format!("mysql://root@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Creates a database and returns its URL.
+    pub fn create_database(&self, name: &str) -> String {
+        let server = format!("mysql://root@127.0.0.1:{}", self.port);
+        Db::block_on(async {
+            let pool = Db::mysql(&server).await;
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
+                .execute(&pool)
+                .await
+                .unwrap();
+        });
+        self.url(name)
+    }
+
+    /// Starts (again) on the same port and data directory.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut cmd = Command::new(find_mariadbd());
+        // --no-defaults first: nothing from /etc/mysql (its socket, user, datadir).
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", self.dir.join("data").display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!(
+                "--socket={}",
+                self.dir.join("mysqld.sock").display()
+            ))
+            .arg(format!(
+                "--pid-file={}",
+                self.dir.join("mysqld.pid").display()
+            ))
+            .arg(format!(
+                "--log-error={}",
+                self.dir.join("error.log").display()
+            ))
+            .args([
+                "--skip-grant-tables",
+                "--skip-name-resolve",
+                "--skip-log-bin",
+                "--innodb-buffer-pool-size=16M",
+                "--innodb-log-file-size=8M",
+                // Each commit reaches the OS: durable when the server is killed.
+                "--innodb-flush-log-at-trx-commit=2",
+            ]);
+        if is_root() {
+            cmd.arg("--user=root");
+        }
+        // The server's time zone (`SYSTEM`, which the service's sessions keep) made definite.
+        cmd.env("TZ", "UTC");
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mariadbd (scripts/test.sh installs mariadb-server)");
+        self.child = Some(child);
+        let server = format!("mysql://root@127.0.0.1:{}", self.port);
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = Db::block_on(async {
+                match sqlx::MySqlPool::connect(&server).await {
+                    Ok(pool) => sqlx::query("SELECT 1").execute(&pool).await.is_ok(),
+                    Err(_) => false,
+                }
+            });
+            if ready {
+                return;
+            }
+            let log = std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().unwrap().is_some());
+            assert!(
+                !exited && Instant::now() < until,
+                "mariadbd did not start; its log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn find_mariadbd() -> PathBuf {
+    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"] {
+        let p = Path::new(dir).join("mariadbd");
+        if p.exists() {
+            return p;
+        }
+    }
+    installed("mariadbd", "mariadb-server");
+    PathBuf::from("mariadbd")
+}
+
 /// The service's database, read the way an operator would.
 #[derive(Clone, Debug)]
 pub enum Db {
     Sqlite(PathBuf),
     Postgres(String),
+    /// MySQL / MariaDB.
+    Mysql(String),
 }
 
 /// One history record: (causes, channels, forced, voluntary).
@@ -459,6 +609,10 @@ macro_rules! with_pool {
                 }
                 Db::Postgres(url) => {
                     let $pool = sqlx::PgPool::connect(url).await.unwrap();
+                    $body
+                }
+                Db::Mysql(url) => {
+                    let $pool = Db::mysql(url).await;
                     $body
                 }
             }
@@ -483,9 +637,22 @@ impl Db {
         sqlx::SqlitePool::connect_with(options).await.unwrap()
     }
 
+    /// In the server's time zone, as the service connects (`createdAt` is a zoneless
+    /// `datetime(3)` there).
+    async fn mysql(url: &str) -> sqlx::MySqlPool {
+        use std::str::FromStr as _;
+        let options = sqlx::mysql::MySqlConnectOptions::from_str(url)
+            .unwrap()
+            .timezone(None);
+        sqlx::MySqlPool::connect_with(options).await.unwrap()
+    }
+
     /// channel id → assignee, for one platform.
     pub fn channels(&self, platform: &str) -> std::collections::BTreeMap<String, String> {
-        let sql = "SELECT id, assignee FROM channel WHERE platform = $1";
+        let sql = match self {
+            Db::Mysql(_) => "SELECT id, assignee FROM channel WHERE platform = ?",
+            _ => "SELECT id, assignee FROM channel WHERE platform = $1",
+        };
         let rows: Vec<(String, String)> = with_pool!(self, |pool| sqlx::query_as(sql)
             .bind(platform)
             .fetch_all(&pool)
@@ -510,10 +677,25 @@ impl Db {
         })
     }
 
-    /// Koishi's other columns of one row: (flag, locales, createdAt).
+    /// Koishi's other columns of one row: (flag, locales comma-joined, createdAt in ms), in
+    /// whichever layout the database has them (text lists and ms on SQLite; `text[]` and
+    /// `timestamptz` on PostgreSQL; text and `datetime(3)` on MySQL).
     pub fn koishi_columns(&self, platform: &str, id: &str) -> (i64, String, Option<i64>) {
-        let sql =
-            r#"SELECT flag, locales, "createdAt" FROM channel WHERE platform = $1 AND id = $2"#;
+        let sql = match self {
+            Db::Sqlite(_) => {
+                r#"SELECT flag, locales, "createdAt" FROM channel WHERE platform = $1 AND id = $2"#
+            }
+            Db::Postgres(_) => {
+                r#"SELECT flag, array_to_string(locales, ','),
+                          round(extract(epoch FROM "createdAt") * 1000)::bigint
+                   FROM channel WHERE platform = $1 AND id = $2"#
+            }
+            Db::Mysql(_) => {
+                "SELECT CAST(flag AS SIGNED), locales,
+                        CAST(ROUND(UNIX_TIMESTAMP(createdAt) * 1000) AS SIGNED)
+                 FROM channel WHERE platform = ? AND id = ?"
+            }
+        };
         with_pool!(self, |pool| sqlx::query_as(sql)
             .bind(platform)
             .bind(id)

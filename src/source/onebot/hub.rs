@@ -404,8 +404,10 @@ impl Hub {
         if quarantined && !healthy {
             warn!("{PLATFORM}:{bot}: quarantined after {threshold} failed status probes");
         }
-        self.presence
-            .update(PLATFORM, bot, |p| p.quarantined = quarantined);
+        self.presence.update(PLATFORM, bot, |p| {
+            p.quarantined = quarantined;
+            p.probe_failures += u64::from(!healthy);
+        });
         quarantined
     }
 

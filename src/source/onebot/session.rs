@@ -141,6 +141,7 @@ async fn run_inner(
     };
     hub.presence.update(PLATFORM, &bot, |p| {
         p.connected = true;
+        p.connections += 1;
         p.mode = Some(mode.clone());
         p.connected_at = Some(hub.clock.system_time());
         p.nickname = nickname;

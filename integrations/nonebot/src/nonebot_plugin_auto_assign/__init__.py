@@ -1,0 +1,366 @@
+"""nonebot-plugin-auto-assign: one bot of the fleet answers each group.
+
+* **Gate**: an event preprocessor that lets a group message through for one bot only and
+  raises ``IgnoredException`` for the others, deciding from the assignment the service streams
+  (``GET /v1/assignments/stream``); unassigned or excluded groups are claimed through
+  ``POST /v1/ingress``.
+* **Fleet source**: the bots connected to this NoneBot, with their group lists and their own
+  join and leave notices, reported to the service (``/v1/fleet/reporters/{name}``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+
+import anyio
+from nonebot import get_driver, get_plugin_config, logger
+from nonebot.adapters import Bot, Event
+from nonebot.adapters.onebot.v11 import Bot as V11Bot
+from nonebot.adapters.onebot.v11 import (
+    GroupDecreaseNoticeEvent,
+    GroupIncreaseNoticeEvent,
+    GroupMessageEvent,
+)
+from nonebot.exception import IgnoredException
+from nonebot.message import event_preprocessor
+from nonebot.plugin import PluginMetadata
+
+from .client import Rejected, ServiceClient, Unreachable
+from .config import Config
+from .fleet import Reporter
+from .gate import ASSIGNEE_OFFLINE, Claims, Stats, Verdict, is_command, local_verdict
+from .state import Assignment
+
+__all__ = ["Config", "Verdict", "config", "runtime"]
+
+__plugin_meta__ = PluginMetadata(
+    name="auto-assign",
+    description="Exactly one bot of the fleet answers each group (auto-assign service client)",
+    usage=(
+        "No commands. Set AUTO_ASSIGN_URL and AUTO_ASSIGN_TOKEN in .env; the plugin reports "
+        "this process's bots to the service and lets each group message through for its "
+        "assigned bot only."
+    ),
+    type="application",
+    config=Config,
+    supported_adapters={"~onebot.v11"},
+)
+
+driver = get_driver()
+config = get_plugin_config(Config)
+
+_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def reporter_name() -> str:
+    """``AUTO_ASSIGN_REPORTER``, else ``nonebot-<hostname>-<hash of the working directory>``:
+    stable for one bot project, different for two (even on one host), as the Koishi plugin's."""
+    name = config.auto_assign_reporter
+    if not name:
+        host = re.sub(r"[^A-Za-z0-9_.-]+", "-", socket.gethostname())[:60] or "host"
+        digest = hashlib.sha256(os.getcwd().encode()).hexdigest()[:8]
+        return f"nonebot-{host}-{digest}"
+    safe = _NAME.sub("-", name)[:128]
+    if safe != name:
+        logger.warning(f"auto-assign: reporter name {name!r} used as {safe!r}")
+    return safe
+
+
+class Runtime:
+    """The plugin's live state (tests read it)."""
+
+    def __init__(self) -> None:
+        self.client: ServiceClient | None = None
+        self.state = Assignment(config.auto_assign_platform)
+        self.stats = Stats()
+        self.reporter = Reporter(
+            reporter_name(),
+            config.auto_assign_platform,
+            heartbeat=lambda: config.auto_assign_heartbeat_interval,
+            client=lambda: self.client,
+        )
+        self.claims = Claims(
+            platform=config.auto_assign_platform,
+            plugin=config.auto_assign_claim_plugin,
+            when_unreachable=lambda: config.auto_assign_when_unreachable,
+            retry_after=lambda: config.auto_assign_retry_after,
+            stats=self.stats,
+        )
+        self.scope: anyio.CancelScope | None = None
+        self.fleet_wake = anyio.Event()
+        self.stream_opens = 0
+        self.hooks_running = 0
+        """Bot connect/disconnect hooks in progress."""
+
+
+runtime = Runtime()
+
+
+# ------------------------------------------------------------------------------ lifecycle
+@driver.on_startup
+async def _start() -> None:
+    runtime.client = ServiceClient(
+        config.auto_assign_url, config.auto_assign_token, config.auto_assign_timeout
+    )
+    runtime.scope = anyio.CancelScope()
+    driver.task_group.start_soon(_background, runtime.scope)
+
+
+@driver.on_shutdown
+async def _stop() -> None:
+    # Shutdown functions run before the adapters disconnect their bots: the disconnect hooks
+    # then find the client closed and only update local state.
+    if runtime.scope is not None:
+        runtime.scope.cancel()
+    client, runtime.client = runtime.client, None
+    if client is None:
+        return
+    if config.auto_assign_report_fleet:
+        with anyio.move_on_after(config.auto_assign_timeout):
+            await runtime.reporter.stop(client)
+    await client.aclose()
+
+
+async def _background(scope: anyio.CancelScope) -> None:
+    with scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_supervised, _follow)
+            tg.start_soon(_supervised, _refresh_fleet)
+            if config.auto_assign_report_fleet:
+                tg.start_soon(_supervised, runtime.reporter.run)
+                tg.start_soon(_supervised, _resync)
+                for bot in list(driver.bots.values()):  # connected before the plugin started
+                    if isinstance(bot, V11Bot):
+                        tg.start_soon(_report_groups, bot)
+
+
+async def _supervised(task: Callable[[], Awaitable[None]]) -> None:
+    """Runs a background task until it returns, restarting it after an unexpected error: an
+    exception escaping into NoneBot's task group would stop NoneBot."""
+    while True:
+        try:
+            await task()
+            return
+        except Exception as e:  # noqa: BLE001
+            logger.opt(exception=e).error(f"auto-assign: {task.__name__} failed; restarting")
+        await anyio.sleep(1.0)
+
+
+# ------------------------------------------------------------------------------ the stream
+async def _follow() -> None:
+    """Follows the assignment stream for good; the last table stays in force while it is
+    down."""
+    try:
+        await _follow_stream()
+    finally:
+        runtime.state.connected = False
+
+
+async def _follow_stream() -> None:
+    state = runtime.state
+    failures = 0
+    down_logged = False
+    while True:
+        client = runtime.client
+        if client is None or client.closed:
+            return
+        runtime.stream_opens += 1
+        try:
+            async with aclosing(client.stream()) as events:
+                async for name, data in events:
+                    if name == "snapshot":
+                        state.snapshot(int(data["version"]), data["assignments"])
+                        if down_logged:
+                            logger.info("auto-assign: assignment stream reconnected")
+                        failures, down_logged = 0, False
+                        runtime.fleet_wake.set()
+                        runtime.reporter.poke()  # a restarted service must hear from us
+                    elif name == "changes":
+                        version = int(data["version"])
+                        if not state.apply(version, str(data["platform"]), data["assignments"]):
+                            logger.info(
+                                f"auto-assign: stream version {version} after {state.version}:"
+                                " resyncing"
+                            )
+                            break
+                        runtime.fleet_wake.set()
+        except (Unreachable, Rejected, ValueError, KeyError, TypeError) as e:
+            if not down_logged:
+                down_logged = True
+                logger.warning(
+                    f"auto-assign: assignment stream unavailable ({e}); deciding from the last "
+                    f"known assignment ({len(state.table)} group(s))"
+                )
+        state.connected = False
+        failures += 1
+        await anyio.sleep(min(config.auto_assign_reconnect_max, 0.5 * 2 ** min(failures - 1, 8)))
+
+
+async def _refresh_fleet() -> None:
+    """Reads the service's bot list: after a (re)connection and every assignment change
+    (coalesced), and every ``fleet_refresh_interval`` seconds."""
+    while True:
+        with anyio.move_on_after(config.auto_assign_fleet_refresh_interval):
+            await runtime.fleet_wake.wait()
+        runtime.fleet_wake = anyio.Event()
+        client = runtime.client
+        if client is None or client.closed:
+            return
+        state = runtime.state
+        told = runtime.reporter.all_sent()
+        try:
+            state.set_fleet(await client.bots())
+        except (Unreachable, Rejected, ValueError, KeyError, TypeError):
+            pass  # the last read stays; the stream's handler logs outages
+        else:
+            if told and state.fleet is not None:
+                # Bots of ours that left and that the service, told so, still has online:
+                # they run elsewhere now.
+                for bot in [b for b in state.ours if state.fleet.get(b)]:
+                    if bot not in driver.bots and bot not in runtime.reporter.groups:
+                        state.ours.discard(bot)
+        await anyio.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------ fleet source
+async def _group_list(bot: V11Bot) -> set[str]:
+    groups = await bot.get_group_list()
+    return {str(g["group_id"]) for g in groups}
+
+
+async def _report_groups(bot: V11Bot) -> None:
+    """Reports ``bot`` online with its group list, retrying ``get_group_list`` while the bot
+    stays connected."""
+    delay = 1.0
+    runtime.reporter.fetching(bot.self_id)
+    while driver.bots.get(bot.self_id) is bot:
+        try:
+            groups = await _group_list(bot)
+        except Exception as e:  # noqa: BLE001 - any adapter error: retry
+            logger.warning(
+                f"auto-assign: get_group_list of {bot.self_id} failed ({e!r}); retrying in "
+                f"{delay:.0f} s"
+            )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 60.0)
+            continue
+        if driver.bots.get(bot.self_id) is bot:
+            runtime.reporter.online(bot.self_id, groups)
+        return
+
+
+async def _resync() -> None:
+    """Every ``resync_interval`` s: every bot's group list again (catches missed notices)."""
+    while config.auto_assign_resync_interval > 0:
+        await anyio.sleep(config.auto_assign_resync_interval)
+        await resync_once()
+
+
+async def resync_once() -> None:
+    """Fetches every reported bot's group list and reports the ones that changed."""
+    reporter = runtime.reporter
+    for bot in list(driver.bots.values()):
+        if not isinstance(bot, V11Bot) or bot.self_id not in reporter.groups:
+            continue
+        reporter.fetching(bot.self_id)
+        try:
+            groups = await _group_list(bot)
+        except Exception as e:  # noqa: BLE001
+            logger.warning(f"auto-assign: get_group_list of {bot.self_id} failed ({e!r})")
+            reporter.fetch_failed(bot.self_id)
+            continue
+        if driver.bots.get(bot.self_id) is bot and bot.self_id in reporter.groups:
+            reporter.refreshed(bot.self_id, groups)
+        else:
+            reporter.fetch_failed(bot.self_id)
+
+
+@driver.on_bot_connect
+async def _bot_connected(bot: V11Bot) -> None:
+    runtime.state.ours.add(bot.self_id)
+    if not config.auto_assign_report_fleet:
+        return
+    runtime.hooks_running += 1
+    try:
+        await _report_groups(bot)
+    finally:
+        runtime.hooks_running -= 1
+
+
+@driver.on_bot_disconnect
+async def _bot_disconnected(bot: V11Bot) -> None:
+    if bot.self_id in driver.bots:
+        return  # already connected again (a new connection replaced this one)
+    runtime.reporter.offline(bot.self_id)
+
+
+# ------------------------------------------------------------------------------ the gate
+def _gone(bot: str) -> bool:
+    """A bot of this process that is not connected (whatever the service says yet)."""
+    return bot in runtime.state.ours and bot not in driver.bots
+
+
+async def decide(bot: Bot, event: GroupMessageEvent) -> Verdict:
+    """Should ``bot`` handle this group message?"""
+    lane: str | None = None
+    if config.auto_assign_gate == "commands":
+        if not is_command(bot, event):
+            return Verdict(True, "fanout lane (not a command)")
+        lane = "command"
+    self_id = bot.self_id
+    if config.auto_assign_decide_locally:
+        local = local_verdict(self_id, event, driver.bots, runtime.state)
+    else:
+        local = "asking the service for every message"
+    if not isinstance(local, str):
+        runtime.stats.local += 1
+        return local
+    if lane is None:
+        lane = "command" if is_command(bot, event) else "chat"
+    before = None
+    if local == ASSIGNEE_OFFLINE and config.auto_assign_report_fleet:
+        # The assignee may be a bot of ours that just went away: the service must hear of it
+        # before it is asked, else it would name that bot again. (Its disconnect hook may not
+        # have run yet: reporting it twice is harmless.)
+        assignee = runtime.state.table.get(str(event.group_id), "")
+        if _gone(assignee):
+            runtime.reporter.offline(assignee)
+
+        async def before() -> bool:
+            return await runtime.reporter.wait_sent(config.auto_assign_timeout)
+
+    try:
+        return await runtime.claims.decide(
+            runtime.client, self_id, event, lane, before, gone=_gone
+        )
+    except Exception as e:  # noqa: BLE001 - an escaping exception would drop the event
+        logger.exception(f"auto-assign: claim failed: {e!r}")
+        return runtime.claims.unreachable("error")
+
+
+@event_preprocessor
+async def auto_assign_preprocessor(bot: Bot, event: Event) -> None:
+    if isinstance(event, GroupMessageEvent):
+        if not config.auto_assign_enabled:
+            return
+        verdict = await decide(bot, event)
+        if config.auto_assign_log_decisions:
+            logger.debug(
+                f"auto-assign: {bot.self_id} group {event.group_id} message {event.message_id}: "
+                f"{'handles' if verdict.handle else 'skips'} ({verdict.reason})"
+            )
+        if not verdict.handle:
+            raise IgnoredException(f"auto-assign: {verdict.reason}")
+    elif isinstance(event, (GroupIncreaseNoticeEvent, GroupDecreaseNoticeEvent)):
+        # Own joins and leaves, seen here so no matcher can hide them.
+        if event.is_tome() and config.auto_assign_report_fleet:
+            group = str(event.group_id)
+            if isinstance(event, GroupIncreaseNoticeEvent):
+                runtime.reporter.joined(bot.self_id, group)
+            else:
+                runtime.reporter.left(bot.self_id, group)
