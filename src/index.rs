@@ -9,13 +9,89 @@
 //! change is also written to a small journal, which lets the planner re-plan incrementally
 //! instead of rebuilding its state from scratch.
 
-use indexmap::IndexSet;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 pub use crate::model::{BotIx, ChanIx};
 
-type Interner = IndexSet<Box<str>, FxBuildHasher>;
+/// Ids interned to dense indices. The ids share one text buffer and the hash table holds only
+/// indices into it (with half of each id's hash, so that growing the table and most failed
+/// comparisons never touch the text), so an id costs its bytes plus about 16, with no
+/// allocation of its own: a `Box<str>` per id in an `IndexSet` cost some 60 bytes more and a
+/// `malloc`, which was most of what reading a 10M-channel snapshot did.
+#[derive(Default)]
+struct Interner {
+    text: String,
+    /// Where each id ends in `text`; it starts where the one before ends.
+    ends: Vec<u32>,
+    /// (index, half of the id's hash).
+    table: HashTable<(u32, u32)>,
+}
+
+fn interned<'a>(text: &'a str, ends: &[u32], i: u32) -> &'a str {
+    let i = i as usize;
+    let start = if i == 0 { 0 } else { ends[i - 1] as usize };
+    &text[start..ends[i] as usize]
+}
+
+/// Half of an id's hash, and the table hash made from it: the table takes its slot from the
+/// low bits and its 7-bit tag from the high ones, so both halves carry the same 32 bits.
+fn half_hash(id: &str) -> u32 {
+    (FxBuildHasher.hash_one(id) >> 32) as u32
+}
+
+fn table_hash(half: u32) -> u64 {
+    (half as u64) << 32 | half as u64
+}
+
+impl Interner {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: u32) -> &str {
+        interned(&self.text, &self.ends, i)
+    }
+
+    fn find(&self, id: &str) -> Option<u32> {
+        let half = half_hash(id);
+        self.table
+            .find(table_hash(half), |&(i, h)| h == half && self.get(i) == id)
+            .map(|&(i, _)| i)
+    }
+
+    /// The index of `id`, and whether it was new.
+    fn insert(&mut self, id: &str) -> (u32, bool) {
+        let half = half_hash(id);
+        let Self { text, ends, table } = self;
+        let entry = table.entry(
+            table_hash(half),
+            |&(i, h)| h == half && interned(text, ends, i) == id,
+            |&(_, h)| table_hash(h),
+        );
+        match entry {
+            Entry::Occupied(e) => (e.get().0, false),
+            Entry::Vacant(e) => {
+                let i = ends.len() as u32;
+                text.push_str(id);
+                ends.push(u32::try_from(text.len()).expect("under 4 GiB of ids per platform"));
+                e.insert((i, half));
+                (i, true)
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        (0..self.ends.len() as u32).map(|i| self.get(i))
+    }
+}
+
+/// No assignee, in [`PlatformIndex`]'s assignee column (half the size of `Option<BotIx>`).
+const UNASSIGNED: BotIx = BotIx::MAX;
 
 /// Member bots of one channel; almost every channel has at most four.
 pub type Members = SmallVec<[BotIx; 4]>;
@@ -102,7 +178,7 @@ pub struct PlatformIndex {
     bot_channels: Vec<Vec<ChanIx>>,
     channels: Interner,
     members: Vec<Members>,
-    assignee: Vec<Option<BotIx>>,
+    assignee: Vec<BotIx>,
     load: Vec<u32>,
     assignee_version: u64,
     journal: Journal,
@@ -137,19 +213,19 @@ impl PlatformIndex {
     }
 
     pub fn bot_id(&self, bot: BotIx) -> &str {
-        &self.bots[bot as usize]
+        self.bots.get(bot)
     }
 
     pub fn channel_id(&self, channel: ChanIx) -> &str {
-        &self.channels[channel as usize]
+        self.channels.get(channel)
     }
 
     pub fn find_bot(&self, id: &str) -> Option<BotIx> {
-        self.bots.get_index_of(id).map(|i| i as BotIx)
+        self.bots.find(id)
     }
 
     pub fn find_channel(&self, id: &str) -> Option<ChanIx> {
-        self.channels.get_index_of(id).map(|i| i as ChanIx)
+        self.channels.find(id)
     }
 
     pub fn is_online(&self, bot: BotIx) -> bool {
@@ -168,7 +244,7 @@ impl PlatformIndex {
 
     /// The current (last applied) assignee of a channel.
     pub fn assignee(&self, channel: ChanIx) -> Option<BotIx> {
-        self.assignee[channel as usize]
+        Some(self.assignee[channel as usize]).filter(|&b| b != UNASSIGNED)
     }
 
     /// Number of channels currently assigned to a bot.
@@ -182,25 +258,35 @@ impl PlatformIndex {
 
     /// Interns a bot (offline until told otherwise).
     pub fn add_bot(&mut self, id: &str) -> BotIx {
-        if let Some(ix) = self.find_bot(id) {
-            return ix;
+        self.try_add_bot(id).unwrap_or_else(|known| known)
+    }
+
+    /// Interns a new bot (offline); `Err` with its index if it was known.
+    pub fn try_add_bot(&mut self, id: &str) -> Result<BotIx, BotIx> {
+        let (ix, new) = self.bots.insert(id);
+        if !new {
+            return Err(ix);
         }
-        self.bots.insert(id.into());
         self.online.push(false);
         self.bot_channels.push(Vec::new());
         self.load.push(0);
-        (self.bots.len() - 1) as BotIx
+        Ok(ix)
     }
 
     /// Interns a channel (no members, unassigned until told otherwise).
     pub fn add_channel(&mut self, id: &str) -> ChanIx {
-        if let Some(ix) = self.find_channel(id) {
-            return ix;
+        self.try_add_channel(id).unwrap_or_else(|known| known)
+    }
+
+    /// Interns a new channel (no members, unassigned); `Err` with its index if it was known.
+    pub fn try_add_channel(&mut self, id: &str) -> Result<ChanIx, ChanIx> {
+        let (ix, new) = self.channels.insert(id);
+        if !new {
+            return Err(ix);
         }
-        self.channels.insert(id.into());
         self.members.push(Members::new());
-        self.assignee.push(None);
-        (self.channels.len() - 1) as ChanIx
+        self.assignee.push(UNASSIGNED);
+        Ok(ix)
     }
 
     pub fn set_online(&mut self, bot: BotIx, online: bool) {
@@ -279,14 +365,13 @@ impl PlatformIndex {
 
     /// Records the assignee a plan chose (or the stored one at start-up), keeping loads exact.
     pub fn set_assignee(&mut self, channel: ChanIx, bot: Option<BotIx>) {
-        let slot = &mut self.assignee[channel as usize];
-        if let Some(old) = *slot {
+        if let Some(old) = self.assignee(channel) {
             self.load[old as usize] -= 1;
         }
         if let Some(new) = bot {
             self.load[new as usize] += 1;
         }
-        *slot = bot;
+        self.assignee[channel as usize] = bot.unwrap_or(UNASSIGNED);
         self.assignee_version += 1;
     }
 
@@ -300,7 +385,7 @@ impl PlatformIndex {
     /// in place. [`PlatformIndex::compact`] forgets them.
     pub fn forgettable_channels(&self) -> usize {
         (0..self.channels.len())
-            .filter(|&c| self.members[c].is_empty() && self.assignee[c].is_none())
+            .filter(|&c| self.members[c].is_empty() && self.assignee[c] == UNASSIGNED)
             .count()
     }
 
@@ -310,7 +395,7 @@ impl PlatformIndex {
     /// Returns the ids of the bots forgotten and how many channels were.
     pub fn compact(&mut self, forget: impl Fn(&str) -> bool) -> (Vec<String>, usize) {
         let gone: Vec<bool> = (0..self.bots.len())
-            .map(|b| !self.online[b] && self.load[b] == 0 && forget(&self.bots[b]))
+            .map(|b| !self.online[b] && self.load[b] == 0 && forget(self.bots.get(b as u32)))
             .collect();
         let mut fresh = PlatformIndex::new(&self.name);
         let mut bot_map: Vec<Option<BotIx>> = vec![None; self.bots.len()];
@@ -330,7 +415,7 @@ impl PlatformIndex {
                 .iter()
                 .filter_map(|&b| bot_map[b as usize])
                 .collect();
-            let assignee = self.assignee[c].and_then(|b| bot_map[b as usize]);
+            let assignee = self.assignee(c as ChanIx).and_then(|b| bot_map[b as usize]);
             if members.is_empty() && assignee.is_none() {
                 dropped += 1;
                 continue;
@@ -341,7 +426,7 @@ impl PlatformIndex {
             }
             fresh.members[nc as usize] = members;
             if let Some(b) = assignee {
-                fresh.assignee[nc as usize] = Some(b);
+                fresh.assignee[nc as usize] = b;
                 fresh.load[b as usize] += 1;
             }
         }
@@ -349,6 +434,16 @@ impl PlatformIndex {
         fresh.journal.overflow = true;
         *self = fresh;
         (forgotten, dropped)
+    }
+
+    /// Records that everything may have changed, so the next plan starts from scratch, and
+    /// stops recording until the journal is taken: for a bulk load, where a journal would
+    /// only cost time and memory.
+    pub fn overflow_journal(&mut self) {
+        self.journal = Journal {
+            overflow: true,
+            ..Journal::default()
+        };
     }
 
     /// Hands the journal to the planner and starts a new one.
@@ -376,10 +471,7 @@ impl PlatformIndex {
     /// Past this size a replay costs about as much as a rebuild: stop recording.
     fn check_journal(&mut self) {
         if self.journal.channels.len() > 4096 + self.channels.len() / 2 {
-            self.journal = Journal {
-                overflow: true,
-                ..Journal::default()
-            };
+            self.overflow_journal();
         }
     }
 }

@@ -258,46 +258,97 @@ fn run_plan(
     strategy: Strategy,
     output: Option<&std::path::Path>,
 ) -> ExitCode {
-    let mut snapshot = match File::open(input)
-        .map_err(|e| e.to_string())
-        .and_then(|f| snapshot::read(f).map_err(|e| e.to_string()))
-    {
+    let mut progress = Progress::start();
+    // The whole file in memory: parsing from a slice lets the parser borrow every string.
+    let bytes = match std::fs::read(input) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            eprintln!("error: {}: {e}", input.display());
+            return ExitCode::from(2);
+        }
+    };
+    progress.on = bytes.len() >= PROGRESS_BYTES;
+    progress.phase(format_args!(
+        "read {} ({:.1} MB)",
+        input.display(),
+        bytes.len() as f64 / 1e6
+    ));
+    let parsed = snapshot::read(&bytes);
+    drop(bytes);
+    let mut snapshot = match parsed {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {}: {e}", input.display());
             return ExitCode::from(2);
         }
     };
+    let platforms = snapshot.index.platforms();
+    progress.phase(format_args!(
+        "indexed {} channels, {} bots, {} memberships",
+        platforms.iter().map(|p| p.channel_count()).sum::<usize>(),
+        platforms.iter().map(|p| p.bot_count()).sum::<usize>(),
+        platforms
+            .iter()
+            .map(|p| p.total_memberships())
+            .sum::<usize>()
+    ));
     for w in &snapshot.warnings {
         eprintln!("warning: {}: {w}", input.display());
     }
+    if snapshot.more_warnings > 0 {
+        eprintln!(
+            "warning: {}: … and {} more warnings like these",
+            input.display(),
+            snapshot.more_warnings
+        );
+    }
     let plan = balance::plan(&snapshot.index, &snapshot.rules, strategy);
+    progress.phase(format_args!("planned ({strategy})"));
     for p in &plan.platforms {
         let index = snapshot.index.platform_mut(&p.platform);
         eprintln!("{}", p.summary(index));
         for &(c, bot) in &p.changes {
             index.set_assignee(c, bot);
         }
-        let orphans: Vec<String> = (0..index.channel_count() as u32)
-            .filter(|&c| index.assignee(c).is_none() && !p.is_excluded(c))
+        // The first few by name, the rest as a number: one run listed 176 on a line.
+        const SHOWN: usize = 10;
+        let mut orphans = (0..index.channel_count() as u32)
+            .filter(|&c| index.assignee(c).is_none() && !p.is_excluded(c));
+        let shown: Vec<String> = orphans
+            .by_ref()
+            .take(SHOWN)
             .map(|c| format!("{}:{}", p.platform, index.channel_id(c)))
             .collect();
-        if !orphans.is_empty() {
+        let more = orphans.count();
+        if !shown.is_empty() {
             eprintln!(
-                "warning: no valid bot for {} channel(s): {}",
-                orphans.len(),
-                orphans.join(", ")
+                "warning: no valid bot for {} channel(s): {}{}",
+                shown.len() + more,
+                shown.join(", "),
+                if more > 0 {
+                    format!(", … and {more} more")
+                } else {
+                    String::new()
+                }
             );
         }
     }
+    // One buffered writer, large enough that a million lines take a few hundred writes.
     let written = match output {
-        Some(path) => {
-            File::create(path).and_then(|f| write_assignment(BufWriter::new(f), &snapshot, &plan))
-        }
-        None => write_assignment(BufWriter::new(io::stdout().lock()), &snapshot, &plan),
+        Some(path) => File::create(path)
+            .and_then(|f| write_assignment(BufWriter::with_capacity(1 << 20, f), &snapshot, &plan)),
+        None => write_assignment(
+            BufWriter::with_capacity(1 << 20, io::stdout().lock()),
+            &snapshot,
+            &plan,
+        ),
     };
     match written {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(n) => {
+            progress.phase(format_args!("wrote {n} assignments"));
+            progress.total();
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: writing the assignment: {e}");
             ExitCode::FAILURE
@@ -305,15 +356,67 @@ fn run_plan(
     }
 }
 
+/// Inputs from this size on (about 60,000 channels) get their phases timed on stderr.
+const PROGRESS_BYTES: usize = 8 << 20;
+
+/// `plan`'s phases and their times on stderr (`plan: ...` lines), when the input is large.
+struct Progress {
+    /// Whether to print: the input is large.
+    on: bool,
+    started: std::time::Instant,
+    last: std::time::Instant,
+}
+
+impl Progress {
+    fn start() -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            on: false,
+            started: now,
+            last: now,
+        }
+    }
+
+    fn phase(&mut self, what: std::fmt::Arguments) {
+        let now = std::time::Instant::now();
+        if self.on {
+            eprintln!("plan: {what} in {:.2} s", (now - self.last).as_secs_f64());
+        }
+        self.last = now;
+    }
+
+    /// The whole run: wall clock, CPU time and the peak of resident memory.
+    fn total(&self) {
+        if !self.on {
+            return;
+        }
+        let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        // Linux's high-water mark of resident memory, in kB.
+        let peak = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+                line.split_whitespace().nth(1)?.parse::<f64>().ok()
+            })
+            .map_or_else(|| "n/a".to_owned(), |kb| format!("{:.0} MB", kb / 1024.0));
+        eprintln!(
+            "plan: done in {:.2} s, CPU {:.2} s, peak RSS {peak}",
+            self.started.elapsed().as_secs_f64(),
+            cpu.tv_sec as f64 + cpu.tv_nsec as f64 / 1e9
+        );
+    }
+}
+
 /// `{ "platform:channel": "platform:bot", ... }` for every assigned, non-excluded channel, in
 /// snapshot order; the same form as a snapshot's `previous`, so a plan can feed the next one.
-fn write_assignment(mut out: impl Write, snapshot: &Snapshot, plan: &Plan) -> io::Result<()> {
+/// Returns how many it wrote.
+fn write_assignment(mut out: impl Write, snapshot: &Snapshot, plan: &Plan) -> io::Result<usize> {
     let platforms = snapshot.index.platforms();
     // The plan of each platform, by position (disabled platforms have none).
     let plans: Vec<Option<&balance::PlatformPlan>> =
         platforms.iter().map(|p| plan.platform(p.name())).collect();
     out.write_all(b"{")?;
-    let mut first = true;
+    let mut written = 0;
     for &(position, c) in &snapshot.order {
         let (pidx, Some(p)) = (&platforms[position], plans[position]) else {
             continue;
@@ -324,14 +427,28 @@ fn write_assignment(mut out: impl Write, snapshot: &Snapshot, plan: &Plan) -> io
         if p.is_excluded(c) {
             continue;
         }
-        out.write_all(if first { b"\n  " } else { b",\n  " })?;
-        first = false;
-        let key = format!("{}:{}", p.platform, pidx.channel_id(c));
-        let value = format!("{}:{}", p.platform, pidx.bot_id(bot));
-        serde_json::to_writer(&mut out, &key)?;
+        out.write_all(if written == 0 { b"\n  " } else { b",\n  " })?;
+        written += 1;
+        write_key(&mut out, &p.platform, pidx.channel_id(c))?;
         out.write_all(b": ")?;
-        serde_json::to_writer(&mut out, &value)?;
+        write_key(&mut out, &p.platform, pidx.bot_id(bot))?;
     }
-    out.write_all(if first { b"}\n" } else { b"\n}\n" })?;
-    out.flush()
+    out.write_all(if written == 0 { b"}\n" } else { b"\n}\n" })?;
+    out.flush()?;
+    Ok(written)
+}
+
+/// `"platform:id"` as a JSON string, byte for byte as serde_json writes it, without putting
+/// the key together first unless it needs escapes.
+fn write_key(out: &mut impl Write, platform: &str, id: &str) -> io::Result<()> {
+    let plain = |s: &str| s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    if plain(platform) && plain(id) {
+        out.write_all(b"\"")?;
+        out.write_all(platform.as_bytes())?;
+        out.write_all(b":")?;
+        out.write_all(id.as_bytes())?;
+        out.write_all(b"\"")
+    } else {
+        serde_json::to_writer(out, &format!("{platform}:{id}")).map_err(io::Error::from)
+    }
 }

@@ -444,3 +444,44 @@ fn a_new_bot_joins_incrementally() {
         "exactly the ten channels the new bot takes"
     );
 }
+
+/// The flat fleet of the benchmark, small: alike bots in random groups, so a bot leaving or
+/// coming back changes every other bot's load. The re-plans route it incrementally or, past
+/// their budget, solve the levels again on the remembered graph; either way they match a
+/// from-scratch plan of the same state in Σ load² and in moves.
+#[test]
+fn flat_fleet_replans_match_scratch_plans() {
+    let mut rng = Lcg(7);
+    let mut index = FleetIndex::new();
+    let groups: Vec<String> = (0..400).map(|g| format!("g{g}")).collect();
+    let mut lists = Vec::new();
+    for b in 0..12 {
+        let mine: Vec<String> = (0..groups.len())
+            .filter(|_| rng.below(5) < 2)
+            .map(|g| groups[g].clone())
+            .collect();
+        index.bot_online("onebot", &format!("{b}"), &mine);
+        lists.push(mine);
+    }
+    let rules = Rules::default();
+    let mut planner = Planner::new(Plan::Optimal);
+    planner.plan(&mut index, &rules);
+    for b in [3, 7, 3] {
+        for online in [false, true] {
+            let name = format!("{b}");
+            if online {
+                index.bot_online("onebot", &name, &lists[b]);
+            } else {
+                index.bot_offline("onebot", &name);
+            }
+            let scratch = balance::plan(&index, &rules, Plan::Optimal);
+            let replan = planner.plan(&mut index, &rules);
+            let (s, r) = (&scratch.platforms[0], &replan.platforms[0]);
+            assert_eq!(
+                (r.stats.sum_sq, r.forced, r.voluntary),
+                (s.stats.sum_sq, s.forced, s.voluntary),
+                "bot {b} online {online}"
+            );
+        }
+    }
+}

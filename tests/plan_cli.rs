@@ -222,3 +222,83 @@ fn coord_eval_answers_every_line() {
     );
     assert!(lines[3]["result"].is_u64());
 }
+
+/// Inputs of 8 MiB and more get their phases timed on stderr; long lists of warnings and of
+/// channels without a valid bot are cut to their first entries and a count.
+#[test]
+fn large_inputs_report_phases_and_cut_long_lists() {
+    use std::fmt::Write as _;
+    let dir = temp_dir("large");
+    let input = dir.join("snapshot.json");
+    let mut json =
+        String::from(r#"{"bots": ["onebot:1001", "onebot:1002", "onebot:1003"], "channels": ["#);
+    let channels = 130_000;
+    for i in 0..channels {
+        let sep = if i == 0 { "" } else { ",\n" };
+        let members = if i < 30 {
+            r#"["onebot:9999"]"#
+        } else {
+            r#"["onebot:1001", "onebot:1002", "onebot:1003"]"#
+        };
+        write!(
+            json,
+            r#"{sep}{{"id": "onebot:{}", "bots": {members}}}"#,
+            100_000_000 + i
+        )
+        .unwrap();
+    }
+    json.push_str("]}");
+    assert!(json.len() >= 8 << 20, "{} bytes", json.len());
+    std::fs::write(&input, json).unwrap();
+    let output = dir.join("out.json");
+    let out = plan(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    for phase in [
+        "plan: read ",
+        &format!("plan: indexed {channels} channels, 3 bots"),
+        "plan: planned (optimal) in ",
+        &format!("plan: wrote {} assignments in ", channels - 30),
+        "plan: done in ",
+    ] {
+        assert!(log.contains(phase), "{phase}: {log}");
+    }
+    assert!(log.contains("peak RSS "), "{log}");
+    assert!(
+        log.contains("… and 10 more warnings like these"),
+        "20 warnings in words, the rest counted: {log}"
+    );
+    let orphans = log
+        .lines()
+        .find(|l| l.starts_with("warning: no valid bot for 30 channel(s): "))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        orphans.ends_with("onebot:100000009, … and 20 more"),
+        "{orphans}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Ids are written as JSON strings whatever they contain.
+#[test]
+fn ids_needing_escapes_are_written_as_json() {
+    let dir = temp_dir("escapes");
+    let input = dir.join("snapshot.json");
+    std::fs::write(
+        &input,
+        r#"{"bots": ["onebot:b\"1"], "channels": [{"id": "onebot:g\\1", "bots": ["b\"1"]},
+            {"id": "onebot:plain", "bots": ["b\"1"]}]}"#,
+    )
+    .unwrap();
+    let out = plan(&["--input", input.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let assignment: BTreeMap<String, String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(assignment["onebot:g\\1"], "onebot:b\"1");
+    assert_eq!(assignment["onebot:plain"], "onebot:b\"1");
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -147,7 +147,7 @@ pub fn plan(index: &FleetIndex, rules: &Rules, strategy: Strategy) -> Plan {
             let resolved = rules.resolve(p);
             let outcome = match strategy {
                 Strategy::Greedy => Outcome::Full(greedy::assign(p, &resolved)),
-                Strategy::Optimal => Outcome::Full(optimal::State::build(p, &resolved).1),
+                Strategy::Optimal => Outcome::Full(optimal::State::build(p, &resolved, false).1),
             };
             finish(p, &resolved, outcome)
         })
@@ -251,7 +251,7 @@ impl Planner {
                         .as_mut()
                         .and_then(|s| s.replan(p, &resolved, &journal).ok());
                     incremental.unwrap_or_else(|| {
-                        let (fresh, assignee) = optimal::State::build(p, &resolved);
+                        let (fresh, assignee) = optimal::State::build(p, &resolved, true);
                         state = Some(fresh);
                         Outcome::Full(assignee)
                     })
@@ -281,8 +281,7 @@ impl Planner {
 
 /// Compares a strategy's outcome with the index's assignment: changes, moves, statistics.
 fn finish(p: &PlatformIndex, resolved: &Resolved, outcome: Outcome) -> PlatformPlan {
-    let mut excluded: Vec<ChanIx> = resolved.excluded().collect();
-    excluded.sort_unstable();
+    let excluded: Vec<ChanIx> = resolved.excluded().collect();
     // Loads of the previous assignment without excluded channels, updated by the changes.
     let mut load: Vec<u32> = (0..p.bot_count() as BotIx).map(|b| p.load(b)).collect();
     for &c in &excluded {

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::index::{BotIx, ChanIx, Members, PlatformIndex};
 use crate::model::split_key;
@@ -45,12 +45,14 @@ impl Rules {
                 None => index.find_bot(key),
             }
         };
-        let excluded = self
+        let mut excluded: Vec<ChanIx> = self
             .exclude
             .iter()
             .filter_map(|key| channel_of(key))
             .map(|(c, _)| c)
             .collect();
+        excluded.sort_unstable();
+        excluded.dedup();
         let mut priority: FxHashMap<ChanIx, (bool, Vec<BotIx>)> = FxHashMap::default();
         for (key, bots) in &self.priority {
             let Some((channel, full)) = channel_of(key) else {
@@ -64,9 +66,14 @@ impl Rules {
                 }
             }
         }
+        let mut flagged = vec![0u64; index.channel_count().div_ceil(64)];
+        for &c in excluded.iter().chain(priority.keys()) {
+            flagged[c as usize / 64] |= 1 << (c % 64);
+        }
         Resolved {
             excluded,
             priority: priority.into_iter().map(|(c, (_, l))| (c, l)).collect(),
+            flagged,
         }
     }
 }
@@ -74,20 +81,34 @@ impl Rules {
 /// Rules resolved for one platform.
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
-    excluded: FxHashSet<ChanIx>,
+    /// Ascending.
+    excluded: Vec<ChanIx>,
     priority: FxHashMap<ChanIx, Vec<BotIx>>,
+    /// One bit per channel: excluded or with a priority list. Most channels are neither, and
+    /// the bit answers for them without a look-up (a plan asks for every channel).
+    flagged: Vec<u64>,
 }
 
 impl Resolved {
-    pub fn is_excluded(&self, channel: ChanIx) -> bool {
-        self.excluded.contains(&channel)
+    fn flagged(&self, channel: ChanIx) -> bool {
+        self.flagged
+            .get(channel as usize / 64)
+            .is_some_and(|w| w >> (channel % 64) & 1 == 1)
     }
 
+    pub fn is_excluded(&self, channel: ChanIx) -> bool {
+        self.flagged(channel) && self.excluded.binary_search(&channel).is_ok()
+    }
+
+    /// Excluded channels, ascending.
     pub fn excluded(&self) -> impl Iterator<Item = ChanIx> + '_ {
         self.excluded.iter().copied()
     }
 
     pub fn priority(&self, channel: ChanIx) -> Option<&[BotIx]> {
+        if !self.flagged(channel) {
+            return None;
+        }
         self.priority.get(&channel).map(Vec::as_slice)
     }
 

@@ -141,11 +141,17 @@ fn uniform(s: u64, name: &'static str, bots: usize, groups: usize) -> Fleet {
 
 /// Channel size distributions: (size, percent).
 const SINGLES: &[(usize, u32)] = &[(1, 45), (2, 25), (3, 15), (4, 10), (5, 5)];
-const REDUNDANT: &[(usize, u32)] = &[(2, 50), (3, 25), (4, 15), (5, 10)];
+pub(super) const REDUNDANT: &[(usize, u32)] = &[(2, 50), (3, 25), (4, 15), (5, 10)];
 
 /// Zipf bot popularity (weight ∝ 1/rank, ranks shuffled over bots), with operations noise:
 /// 1% of channels with a priority list, 0.5% excluded, 2% of bots offline.
-fn zipf(s: u64, name: &'static str, bots: usize, channels: usize, sizes: &[(usize, u32)]) -> Fleet {
+pub(super) fn zipf(
+    s: u64,
+    name: &'static str,
+    bots: usize,
+    channels: usize,
+    sizes: &[(usize, u32)],
+) -> Fleet {
     let mut rng = ChaCha8Rng::seed_from_u64(s);
     let mut index = FleetIndex::new();
     let mut rules = Rules::default();

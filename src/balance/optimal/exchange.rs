@@ -35,12 +35,16 @@ impl Kind {
     }
 }
 
-/// Bot pairs up to this many nodes get a dense slot table (3 × 4 bytes per pair: 48 MB at
-/// 2,000 bots); larger fleets use a hash map.
+/// Up to this many nodes, a bot pair finds its slot in a dense table (4 bytes per pair: 17 MB
+/// at 2,000 bots, only the pages of pairs in use ever touched); larger fleets use a hash map.
 const DENSE_LIMIT: usize = 3000;
 
+/// Where each bot pair's arc lists are in `heads`. Slots are handed out in the order pairs
+/// first appear, so the lists a graph uses sit together rather than spread over a table of
+/// every pair.
 enum Slots {
-    Dense { seen: Vec<u64> },
+    /// Slot + 1 per pair `a × width + x`; 0 for none.
+    Dense(Vec<u32>),
     Sparse(FxHashMap<u64, u32>),
 }
 
@@ -72,17 +76,15 @@ pub(crate) struct Exchange {
 impl Exchange {
     /// An empty graph with `width` nodes (the source and the bots) and `channels` channel slots.
     pub(crate) fn new(width: usize, channels: usize, entries: usize) -> Self {
-        let (slots, heads) = if width <= DENSE_LIMIT {
-            let pairs = width * width;
-            let seen = vec![0u64; pairs.div_ceil(64)];
-            (Slots::Dense { seen }, vec![[NIL; 3]; pairs])
+        let slots = if width <= DENSE_LIMIT {
+            Slots::Dense(vec![0; width * width])
         } else {
-            (Slots::Sparse(FxHashMap::default()), Vec::new())
+            Slots::Sparse(FxHashMap::default())
         };
         Self {
             width,
             slots,
-            heads,
+            heads: Vec::new(),
             nbrs: vec![Vec::new(); width],
             rnbrs: vec![Vec::new(); width],
             load: vec![0; width],
@@ -102,8 +104,114 @@ impl Exchange {
         }
     }
 
+    /// A graph holding every channel at once, as [`Exchange::insert`] would one by one:
+    /// channel `c` with member nodes `members.of(c)` and home `home[c]`, on node `at[c]`
+    /// (`NIL`: not in the graph). Much faster: entries are laid out by the node their channel
+    /// sits on, so every write goes to one of `width` sequential streams, and arcs are linked
+    /// one node's row of the slot table at a time; inserting in channel order missed the cache
+    /// at almost every arc.
+    pub(crate) fn with_channels(width: usize, members: &Lists, home: &[u32], at: &[u32]) -> Self {
+        let channels = at.len();
+        let mut ex = Self::new(width, channels, 0);
+        // Where each node's row of entries starts.
+        let mut next = vec![0u32; width + 1];
+        for c in (0..channels).filter(|&c| at[c] != NIL) {
+            next[at[c] as usize + 1] += members.of(c).len() as u32;
+        }
+        for v in 1..next.len() {
+            next[v] += next[v - 1];
+        }
+        let rows = next.clone();
+        // Every field of every entry is written below (`e_next` and `e_prev` only for linked
+        // entries, the only ones that read them), so zeroed memory will do: it costs no pass
+        // of its own.
+        let entries = next[width] as usize;
+        ex.e_chan = vec![0; entries];
+        ex.e_node = vec![0; entries];
+        ex.e_sib = vec![0; entries];
+        ex.e_next = vec![0; entries];
+        ex.e_prev = vec![0; entries];
+        // Holds each entry's arc kind until it is linked.
+        ex.e_slot = vec![0; entries];
+        for c in (0..channels).filter(|&c| at[c] != NIL) {
+            let (a, h) = (at[c], home[c]);
+            ex.at[c] = a;
+            ex.home[c] = h;
+            ex.load[a as usize] += 1;
+            ex.placed_channels += 1;
+            let list = members.of(c);
+            let base = next[a as usize];
+            next[a as usize] += list.len() as u32;
+            ex.first[c] = base;
+            for (j, &m) in list.iter().enumerate() {
+                let e = base as usize + j;
+                ex.e_chan[e] = c as u32;
+                ex.e_node[e] = m;
+                ex.e_sib[e] = if j + 1 < list.len() {
+                    e as u32 + 1
+                } else {
+                    NIL
+                };
+                ex.e_slot[e] = ex.kind_of(c as u32, a, m) as u32;
+            }
+            if a != h {
+                ex.displace(c as u32);
+            }
+        }
+        // A row's slots, looked up once per row (a hash look-up in a sparse graph), after
+        // making room for all of them at once.
+        let mut row_slot = vec![NIL; width];
+        let mut seen = Vec::new();
+        let mut pairs = 0;
+        for a in 0..width {
+            for e in rows[a]..rows[a + 1] {
+                let m = ex.e_node[e as usize];
+                if m != a as u32 && row_slot[m as usize] == NIL {
+                    row_slot[m as usize] = 0;
+                    seen.push(m);
+                }
+            }
+            pairs += seen.len();
+            for m in seen.drain(..) {
+                row_slot[m as usize] = NIL;
+            }
+        }
+        ex.reserve_pairs(pairs);
+        for a in 0..width {
+            for e in rows[a]..rows[a + 1] {
+                let m = ex.e_node[e as usize];
+                if m == a as u32 {
+                    ex.e_slot[e as usize] = NIL;
+                    continue;
+                }
+                let mut s = row_slot[m as usize];
+                if s == NIL {
+                    s = ex.slot_or_insert(a as u32, m);
+                    row_slot[m as usize] = s;
+                    seen.push(m);
+                }
+                let kind = Kind::ALL[ex.e_slot[e as usize] as usize];
+                ex.link_slot(e, s, kind);
+            }
+            for m in seen.drain(..) {
+                row_slot[m as usize] = NIL;
+            }
+        }
+        ex
+    }
+
     pub(crate) fn width(&self) -> usize {
         self.width
+    }
+
+    /// Every channel's node, `NIL` for channels not in the graph.
+    pub(crate) fn places(&self) -> &[u32] {
+        &self.at
+    }
+
+    /// Channels that may sit away from their home (see [`Exchange::take_displaced`]).
+    pub(crate) fn displaced(&self) -> &[u32] {
+        &self.displaced
     }
 
     pub(crate) fn channel_capacity(&self) -> usize {
@@ -117,6 +225,11 @@ impl Exchange {
             self.first.resize(channels, NIL);
             self.displaced_mark.resize(channels, false);
         }
+    }
+
+    /// Membership entries, in use or free.
+    pub(crate) fn entries(&self) -> usize {
+        self.e_chan.len()
     }
 
     /// Channels in the graph, placed or waiting on the source.
@@ -347,38 +460,45 @@ impl Exchange {
 
     fn slot(&self, a: u32, x: u32) -> Option<u32> {
         match &self.slots {
-            Slots::Dense { .. } => Some(a * self.width as u32 + x),
+            Slots::Dense(index) => index[a as usize * self.width + x as usize].checked_sub(1),
             Slots::Sparse(map) => map.get(&pair_key(a, x)).copied(),
         }
     }
 
     fn slot_or_insert(&mut self, a: u32, x: u32) -> u32 {
-        match &mut self.slots {
-            Slots::Dense { seen } => {
-                let s = a as usize * self.width + x as usize;
-                let (word, bit) = (s / 64, 1u64 << (s % 64));
-                if seen[word] & bit == 0 {
-                    seen[word] |= bit;
-                    self.nbrs[a as usize].push(x);
-                    self.rnbrs[x as usize].push(a);
+        let next = self.heads.len() as u32;
+        let s = match &mut self.slots {
+            Slots::Dense(index) => {
+                let i = &mut index[a as usize * self.width + x as usize];
+                if *i == 0 {
+                    *i = next + 1;
                 }
-                s as u32
+                *i - 1
             }
-            Slots::Sparse(map) => {
-                let next = self.heads.len() as u32;
-                let s = *map.entry(pair_key(a, x)).or_insert(next);
-                if s == next {
-                    self.heads.push([NIL; 3]);
-                    self.nbrs[a as usize].push(x);
-                    self.rnbrs[x as usize].push(a);
-                }
-                s
-            }
+            Slots::Sparse(map) => *map.entry(pair_key(a, x)).or_insert(next),
+        };
+        if s == next {
+            self.heads.push([NIL; 3]);
+            self.nbrs[a as usize].push(x);
+            self.rnbrs[x as usize].push(a);
+        }
+        s
+    }
+
+    /// Room for `pairs` more bot pairs.
+    fn reserve_pairs(&mut self, pairs: usize) {
+        self.heads.reserve(pairs);
+        if let Slots::Sparse(map) = &mut self.slots {
+            map.reserve(pairs);
         }
     }
 
     fn link(&mut self, e: u32, a: u32, x: u32, kind: Kind) {
         let s = self.slot_or_insert(a, x);
+        self.link_slot(e, s, kind);
+    }
+
+    fn link_slot(&mut self, e: u32, s: u32, kind: Kind) {
         let head = &mut self.heads[s as usize][kind as usize];
         let old = *head;
         *head = e;
@@ -407,6 +527,33 @@ impl Exchange {
             self.e_prev[next as usize] = prev;
         }
         self.e_slot[i] = NIL;
+    }
+}
+
+/// One list of nodes per channel, stored flat.
+pub(crate) struct Lists {
+    offsets: Vec<u32>,
+    nodes: Vec<u32>,
+}
+
+impl Lists {
+    pub(crate) fn with_capacity(channels: usize, nodes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(channels + 1);
+        offsets.push(0);
+        Self {
+            offsets,
+            nodes: Vec::with_capacity(nodes),
+        }
+    }
+
+    /// Appends the next channel's list.
+    pub(crate) fn push(&mut self, nodes: impl IntoIterator<Item = u32>) {
+        self.nodes.extend(nodes);
+        self.offsets.push(self.nodes.len() as u32);
+    }
+
+    pub(crate) fn of(&self, c: usize) -> &[u32] {
+        &self.nodes[self.offsets[c] as usize..self.offsets[c + 1] as usize]
     }
 }
 

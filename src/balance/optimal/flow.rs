@@ -99,6 +99,10 @@ pub(crate) struct Flow {
     sum_f: i64,
 }
 
+/// A settle stopped at its budget (see [`Flow::settle`]).
+#[derive(Debug)]
+pub(crate) struct OverBudget;
+
 impl Flow {
     pub(crate) fn new(f: Vec<i64>, pot: Vec<Cost>, active: Vec<bool>) -> Self {
         Self {
@@ -108,6 +112,16 @@ impl Flow {
             active,
             sum_f: 0,
         }
+    }
+
+    /// The flow phase A leaves: every bot sends its load to T, at the price its level β
+    /// gives it (`1 − 2β`), which keeps every arc between placed channels non-negative.
+    pub(crate) fn from_levels(ex: &Exchange, beta: &[i64], active: Vec<bool>) -> Self {
+        let f = (0..beta.len() as u32).map(|v| ex.load(v) as i64).collect();
+        let pot = (0..beta.len())
+            .map(|v| Cost::load(if active[v] { 1 - 2 * beta[v] } else { 0 }))
+            .collect();
+        Self::new(f, pot, active)
     }
 
     fn sink(&self) -> u32 {
@@ -244,36 +258,69 @@ impl Flow {
 
     /// Removes every imbalance along cheapest paths. Panics only on an infeasible state, which
     /// the caller rules out (every channel in the graph has a member that can absorb it).
+    ///
+    /// A phase starts from one bot with an excess (then, once none is left, from one with a
+    /// deficit), so a local change stays a local search. Once the searches have looked at every
+    /// arc of the bot graph a few times over, the imbalances are not local (a bot leaving a flat
+    /// fleet raises every other bot's load by one or two) and each phase starts from all of them
+    /// at once, as from one super source: one search then prices every bot's next unit to the
+    /// sink together, where one search per bot priced only a few.
+    ///
     pub(crate) fn settle(&mut self, ex: &mut Exchange) {
+        self.settle_within(ex, u64::MAX)
+            .expect("an unlimited budget is never exceeded");
+    }
+
+    /// [`Flow::settle`], but it stops between phases once it has looked at more than `budget`
+    /// residual arcs; the state is then consistent (valid prices, fewer imbalances) but not
+    /// settled.
+    pub(crate) fn settle_within(
+        &mut self,
+        ex: &mut Exchange,
+        budget: u64,
+    ) -> Result<(), OverBudget> {
         self.sum_f = self.f.iter().sum();
         self.place_waiting(ex);
-        let nodes = self.f.len() + 1;
-        let mut search = Search::new(nodes);
-        let bots = (0..self.f.len() as u32).filter(|&v| v != SOURCE);
-        let excess: Vec<u32> = bots
-            .clone()
-            .filter(|&v| self.imbalance(ex, v) > 0)
-            .collect();
-        let deficit: Vec<u32> = bots.filter(|&v| self.imbalance(ex, v) < 0).collect();
-        for s in excess {
-            while self.imbalance(ex, s) > 0 {
-                self.phase(ex, &mut search, s, Dir::Forward);
-            }
-        }
-        for t in deficit {
-            while self.imbalance(ex, t) < 0 {
-                self.phase(ex, &mut search, t, Dir::Backward);
+        let mut search = Search::new(self.f.len() + 1);
+        let sweep: u64 = (0..self.f.len() as u32)
+            .map(|v| self.steps(ex, v, Dir::Forward) as u64)
+            .sum();
+        let mut starts = Vec::new();
+        for dir in [Dir::Forward, Dir::Backward] {
+            loop {
+                starts.clear();
+                starts.extend((0..self.f.len() as u32).filter(|&v| self.needs(ex, v, dir)));
+                if starts.is_empty() {
+                    break;
+                }
+                if search.work > budget {
+                    return Err(OverBudget);
+                }
+                if search.work <= 4 * sweep {
+                    starts.truncate(1);
+                }
+                self.phase(ex, &mut search, &starts, dir);
             }
         }
         debug_assert_eq!(self.imbalance(ex, self.sink()), 0);
+        Ok(())
     }
 
-    /// One shortest-path phase from `start`, then as many pushes along zero-reduced-cost paths
-    /// inside the searched region as `start` needs.
-    fn phase(&mut self, ex: &mut Exchange, search: &mut Search, start: u32, dir: Dir) {
-        let want = self.imbalance(ex, start).abs();
+    /// Whether bot `v` has an imbalance a search in direction `dir` starts from.
+    fn needs(&self, ex: &Exchange, v: u32, dir: Dir) -> bool {
+        v != SOURCE
+            && match dir {
+                Dir::Forward => self.imbalance(ex, v) > 0,
+                Dir::Backward => self.imbalance(ex, v) < 0,
+            }
+    }
+
+    /// One shortest-path phase from `starts`, then as many pushes along zero-reduced-cost paths
+    /// inside the searched region as the starts need.
+    fn phase(&mut self, ex: &mut Exchange, search: &mut Search, starts: &[u32], dir: Dir) {
+        let want = starts.iter().map(|&v| self.imbalance(ex, v).abs()).sum();
         let reach = search
-            .dijkstra(self, ex, start, dir, want)
+            .dijkstra(self, ex, starts, dir, want)
             .expect("every channel has a bot that can take it");
         // π += min(d, D) forward (π −= min(d, D) backward), less a constant: only settled
         // nodes change.
@@ -287,16 +334,8 @@ impl Flow {
             };
             self.add_pot(v, delta);
         }
-        let needs = |flow: &Flow, ex: &Exchange, v: u32| match dir {
-            Dir::Forward => flow.imbalance(ex, v) > 0,
-            Dir::Backward => flow.imbalance(ex, v) < 0,
-        };
-        while needs(self, ex, start) && search.augment(self, ex, start, dir) {}
-        // Any other imbalance of the same sign in the region may use the same zero-reduced-cost
-        // paths: pushing along them keeps the invariant, and saves it a search of its own.
-        for i in 0..search.settled.len() {
-            let v = search.settled[i];
-            while v != start && needs(self, ex, v) && search.augment(self, ex, v, dir) {}
+        for &s in starts {
+            while self.needs(ex, s, dir) && search.augment(self, ex, s, dir) {}
         }
     }
 }
@@ -311,6 +350,8 @@ struct Search {
     on_path: Vec<bool>,
     cursor: Vec<usize>,
     path: Vec<Step>,
+    /// Residual arcs looked at so far: the work done, for the settle's budget.
+    work: u64,
 }
 
 impl Search {
@@ -324,6 +365,7 @@ impl Search {
             on_path: vec![false; nodes],
             cursor: vec![0; nodes],
             path: Vec::new(),
+            work: 0,
         }
     }
 
@@ -357,23 +399,25 @@ impl Search {
         }
     }
 
-    /// Reduced distances from `start` until the nearest imbalance of the other sign is settled
-    /// at distance D; returns D. When `start` has more than one unit to move, it goes on until
-    /// `want` such ends are settled or the distance exceeds D, so one phase can serve them all.
-    /// Settled nodes form the region the pushes of this phase stay in.
+    /// Reduced distances from `starts` (all at 0) until the nearest imbalance of the other
+    /// sign is settled at distance D; returns D. When the starts have more than one unit to
+    /// move, it goes on until `want` such ends are settled or the distance exceeds D, so one
+    /// phase can serve them all. Settled nodes form the region the pushes of this phase stay in.
     fn dijkstra(
         &mut self,
         flow: &Flow,
         ex: &Exchange,
-        start: u32,
+        starts: &[u32],
         dir: Dir,
         want: i64,
     ) -> Option<Cost> {
         self.reset();
         let mut heap = BinaryHeap::new();
-        self.dist[start as usize] = Some(Cost::ZERO);
-        self.touched.push(start);
-        heap.push(Reverse((Cost::ZERO, true, start)));
+        for &start in starts {
+            self.dist[start as usize] = Some(Cost::ZERO);
+            self.touched.push(start);
+            heap.push(Reverse((Cost::ZERO, true, start)));
+        }
         let mut reach: Option<Cost> = None;
         let mut ends = 0;
         while let Some(Reverse((d, not_end, v))) = heap.pop() {
@@ -393,6 +437,7 @@ impl Search {
                 }
                 continue;
             }
+            self.work += flow.steps(ex, v, dir) as u64;
             for i in 0..flow.steps(ex, v, dir) {
                 let Some(step) = flow.step(ex, v, i, dir) else {
                     continue;
@@ -475,6 +520,7 @@ impl Search {
     fn next_step(&mut self, flow: &Flow, ex: &Exchange, v: u32, dir: Dir) -> Option<Step> {
         let positions = flow.steps(ex, v, dir);
         while self.cursor[v as usize] < positions {
+            self.work += 1;
             if let Some(step) = flow.step(ex, v, self.cursor[v as usize], dir) {
                 let far = Self::far(&step, dir) as usize;
                 if self.region[far]

@@ -12,7 +12,12 @@
 //!
 //! The state survives the plan: an incremental re-plan applies the index's journal (bots gone or
 //! back, memberships changed), restores the flow invariant locally and routes only the
-//! difference, so its cost follows the size of the change, not of the fleet.
+//! difference, so its cost follows the size of the change, not of the fleet. It is never much
+//! dearer than a full plan: a journal touching a sixteenth of the channels gets one, and routing
+//! that has looked at as many arcs as there are memberships (a bot of a flat fleet leaving
+//! raises every other bot's level) stops and solves the levels again on the graph as it
+//! stands: a full plan's steps 2 and 3 without building the graph, which is most of a full
+//! plan's cost.
 //!
 //! Between plans every channel in the graph sits at its *home*. The planner applies each plan to
 //! the index, so the next plan's previous assignment is the last plan's placement, and moves must
@@ -26,7 +31,7 @@ mod exchange;
 mod flow;
 mod levels;
 
-use exchange::{Exchange, NIL, SOURCE};
+use exchange::{Exchange, Lists, NIL, SOURCE};
 use flow::{Cost, Flow};
 
 use crate::balance::Outcome;
@@ -50,7 +55,13 @@ fn node(bot: BotIx) -> u32 {
 
 impl State {
     /// Plans a platform from scratch; the index's assignees are the previous assignment.
-    pub(crate) fn build(index: &PlatformIndex, resolved: &Resolved) -> (Self, Vec<Option<BotIx>>) {
+    /// With `keep`, the state is made ready for [`State::replan`] (every channel's place
+    /// becomes its home); a one-off plan skips that.
+    pub(crate) fn build(
+        index: &PlatformIndex,
+        resolved: &Resolved,
+        keep: bool,
+    ) -> (Self, Vec<Option<BotIx>>) {
         // The source, the bots, and room for a few bots that appear later without a rebuild.
         let width = index.bot_count() + 1 + 8 + index.bot_count() / 32;
         let channels = index.channel_count();
@@ -59,37 +70,29 @@ impl State {
             active[node(b) as usize] = index.is_online(b);
         }
 
-        // Valid nodes of every channel, as one flat list.
-        let mut offsets = Vec::with_capacity(channels + 1);
-        let mut nodes: Vec<u32> = Vec::with_capacity(index.total_memberships());
+        // Valid nodes of every channel.
+        let mut valid_lists = Lists::with_capacity(channels, index.total_memberships());
         let mut home = vec![NIL; channels];
         let mut valid = Members::new();
         for c in 0..channels as ChanIx {
-            offsets.push(nodes.len());
             resolved.valid_bots(index, c, &mut valid);
-            nodes.extend(valid.iter().map(|&b| node(b)));
+            valid_lists.push(valid.iter().map(|&b| node(b)));
             if let Some(prev) = index.assignee(c).filter(|b| valid.contains(b)) {
                 home[c as usize] = node(prev);
             }
         }
-        offsets.push(nodes.len());
-        let valid_of = |c: usize| &nodes[offsets[c]..offsets[c + 1]];
+        let valid_of = |c: usize| valid_lists.of(c);
         let has_previous = home.iter().any(|&h| h != NIL);
 
         // Step 1: fewest options first, each to its least-loaded valid bot (home on ties).
-        let mut by_degree: Vec<Vec<u32>> = Vec::new();
-        for c in 0..channels {
-            let d = valid_of(c).len();
-            if d > 0 {
-                if by_degree.len() < d {
-                    by_degree.resize_with(d, Vec::new);
-                }
-                by_degree[d - 1].push(c as u32);
-            }
-        }
+        let degree: Vec<u32> = (0..channels)
+            .map(|c| (valid_of(c).len() as u32).wrapping_sub(1))
+            .collect();
+        let order = grouped(&degree);
+        drop(degree);
         let mut load = vec![0u32; width];
         let mut place = vec![NIL; channels];
-        for &c in by_degree.iter().flatten() {
+        for &c in &order {
             let h = home[c as usize];
             let best = *valid_of(c as usize)
                 .iter()
@@ -98,39 +101,45 @@ impl State {
             place[c as usize] = best;
             load[best as usize] += 1;
         }
-        drop(by_degree);
+        drop(order);
 
-        let mut ex = Exchange::new(width, channels, nodes.len());
-        for c in 0..channels {
-            if place[c] != NIL {
-                // Without any previous assignment the first placement is the reference, so
-                // only channels that phase A moves need re-filing afterwards.
-                let h = if has_previous { home[c] } else { place[c] };
-                ex.insert(c as u32, valid_of(c), h, place[c]);
-            }
-        }
-        drop((offsets, nodes, home, place));
+        // Without any previous assignment the first placement is the reference, so only
+        // channels that phase A moves need re-filing afterwards.
+        let mut ex = Exchange::with_channels(
+            width,
+            &valid_lists,
+            if has_previous { &home } else { &place },
+            &place,
+        );
+        drop(place);
 
         // Step 2: least Σ load², with each bot's level.
         let beta = levels::settle_levels(&mut ex, &active);
-        let f: Vec<i64> = (0..width as u32).map(|v| ex.load(v) as i64).collect();
-        let pot = (0..width)
-            .map(|v| Cost::load(if active[v] { 1 - 2 * beta[v] } else { 0 }))
-            .collect();
-        let mut flow = Flow::new(f, pot, active);
+        let mut flow = Flow::from_levels(&ex, &beta, active);
 
         // Step 3: back home where the level allows it, then route the imbalances.
         if has_previous {
-            for c in 0..channels as u32 {
-                let (at, h) = (ex.at(c), ex.home(c));
-                if h != NIL && at != NIL && h != at && beta[h as usize] == beta[at as usize] {
-                    ex.move_to(c, h);
+            let back = back_home(&ex, &beta);
+            if back.len() > channels / 8 {
+                // Many go back (with a previous assignment from elsewhere, most do): building the
+                // graph anew is cheaper than moving them one by one.
+                let mut at = ex.places().to_vec();
+                for &c in &back {
+                    at[c as usize] = ex.home(c);
+                }
+                drop(ex);
+                ex = Exchange::with_channels(width, &valid_lists, &home, &at);
+            } else {
+                for &c in &back {
+                    ex.move_to(c, ex.home(c));
                 }
             }
             flow.settle(&mut ex);
         }
         let mut state = State { ex, flow };
-        state.rehome();
+        if keep {
+            state.rehome();
+        }
         let assignment = state.assignment();
         (state, assignment)
     }
@@ -143,6 +152,14 @@ impl State {
         journal: &Journal,
     ) -> Result<Outcome, Stale> {
         if journal.overflow || index.bot_count() + 1 > self.ex.width() {
+            return Err(Stale);
+        }
+        let mut touched = journal.channels.clone();
+        touched.sort_unstable();
+        touched.dedup();
+        // Past a sixteenth of the channels, building the graph anew costs less than updating
+        // it and routing the change (a tenth took half as long again as a full plan).
+        if touched.len() > index.channel_count() / 16 {
             return Err(Stale);
         }
         self.ex.grow_channels(index.channel_count());
@@ -160,9 +177,6 @@ impl State {
             }
         }
 
-        let mut touched = journal.channels.clone();
-        touched.sort_unstable();
-        touched.dedup();
         let mut valid = Members::new();
         let mut nodes: Vec<u32> = Vec::new();
         let mut changed = Vec::new();
@@ -179,7 +193,14 @@ impl State {
             self.activate(index, v);
         }
 
-        self.flow.settle(&mut self.ex);
+        // Routing the change costs about one look at each membership at most; past that it
+        // reaches far (a bot of a flat fleet leaving raises every other bot's level), and
+        // solving the levels again on the graph as it stands is cheaper, as a full plan would
+        // but without building the graph.
+        let budget = self.ex.entries() as u64;
+        if self.flow.settle_within(&mut self.ex, budget).is_err() {
+            self.solve_levels();
+        }
         changed.extend(self.rehome());
         changed.sort_unstable();
         changed.dedup();
@@ -192,6 +213,17 @@ impl State {
             assigned: placed,
             unassigned: index.channel_count() - resolved.excluded().count() - placed,
         })
+    }
+
+    /// Phases A and B of a full plan on the graph as it stands, every channel placed.
+    fn solve_levels(&mut self) {
+        let active = std::mem::take(&mut self.flow.active);
+        let beta = levels::settle_levels(&mut self.ex, &active);
+        self.flow = Flow::from_levels(&self.ex, &beta, active);
+        for c in back_home(&self.ex, &beta) {
+            self.ex.move_to(c, self.ex.home(c));
+        }
+        self.flow.settle(&mut self.ex);
     }
 
     /// Brings one channel's members in line with its new valid nodes.
@@ -324,4 +356,46 @@ impl State {
             .map(|c| self.placed_on(c))
             .collect()
     }
+}
+
+/// The positions of `keys` grouped by key, ascending, positions ascending within a key (a
+/// counting sort); positions whose key is `NIL` are left out.
+fn grouped(keys: &[u32]) -> Vec<u32> {
+    let buckets = keys
+        .iter()
+        .filter(|&&k| k != NIL)
+        .max()
+        .map_or(0, |&k| k as usize + 1);
+    let mut start = vec![0u32; buckets + 1];
+    for &k in keys.iter().filter(|&&k| k != NIL) {
+        start[k as usize + 1] += 1;
+    }
+    for i in 1..start.len() {
+        start[i] += start[i - 1];
+    }
+    let mut out = vec![0u32; start[buckets] as usize];
+    for (i, &k) in keys.iter().enumerate() {
+        if k != NIL {
+            out[start[k as usize] as usize] = i as u32;
+            start[k as usize] += 1;
+        }
+    }
+    out
+}
+
+/// Channels away from home whose home is on the same level as their place: moving them back
+/// costs no Σ load², so the fewest-moves phase starts from there.
+fn back_home(ex: &Exchange, beta: &[i64]) -> Vec<u32> {
+    ex.displaced()
+        .iter()
+        .copied()
+        .filter(|&c| {
+            let (at, h) = (ex.at(c), ex.home(c));
+            h != NIL
+                && at != NIL
+                && h != at
+                && beta[h as usize] == beta[at as usize]
+                && ex.members(c).any(|m| m == h)
+        })
+        .collect()
 }
