@@ -52,8 +52,8 @@ pub(crate) struct Exchange {
     width: usize,
     slots: Slots,
     heads: Vec<[u32; 3]>,
-    nbrs: Vec<Vec<u32>>,
-    rnbrs: Vec<Vec<u32>>,
+    nbrs: Vec<Vec<Nbr>>,
+    rnbrs: Vec<Vec<Nbr>>,
     load: Vec<u32>,
     // per channel
     at: Vec<u32>,
@@ -253,13 +253,15 @@ impl Exchange {
         self.at[channel as usize] != NIL
     }
 
-    /// Nodes `x` for which some arc `a → x` may exist (a superset, never shrinks).
-    pub(crate) fn nbrs(&self, a: u32) -> &[u32] {
+    /// Nodes `x` for which some arc `a → x` may exist (a superset, never shrinks), with the
+    /// pair's slot.
+    pub(crate) fn nbrs(&self, a: u32) -> &[Nbr] {
         &self.nbrs[a as usize]
     }
 
-    /// Nodes `a` for which some arc `a → x` may exist (a superset, never shrinks).
-    pub(crate) fn rnbrs(&self, x: u32) -> &[u32] {
+    /// Nodes `a` for which some arc `a → x` may exist (a superset, never shrinks), with the
+    /// pair's slot.
+    pub(crate) fn rnbrs(&self, x: u32) -> &[Nbr] {
         &self.rnbrs[x as usize]
     }
 
@@ -281,26 +283,28 @@ impl Exchange {
         }
     }
 
-    /// A channel on `a` that may move to `x` with the given cost kind.
-    pub(crate) fn channel_on_arc(&self, a: u32, x: u32, kind: Kind) -> Option<u32> {
-        let slot = self.slot(a, x)?;
+    /// A channel that may move along the arcs of a pair's slot with the given cost kind.
+    pub(crate) fn channel_in(&self, slot: u32, kind: Kind) -> Option<u32> {
         let e = self.heads[slot as usize][kind as usize];
         (e != NIL).then(|| self.e_chan[e as usize])
     }
 
-    pub(crate) fn has_arc(&self, a: u32, x: u32, kind: Kind) -> bool {
-        self.slot(a, x)
-            .is_some_and(|s| self.heads[s as usize][kind as usize] != NIL)
+    pub(crate) fn has_arc_in(&self, slot: u32, kind: Kind) -> bool {
+        self.heads[slot as usize][kind as usize] != NIL
+    }
+
+    /// Any channel that may move along the arcs of a pair's slot, preferring the cheapest
+    /// kind.
+    pub(crate) fn any_channel_in(&self, slot: u32) -> Option<u32> {
+        self.heads[slot as usize]
+            .iter()
+            .find(|&&e| e != NIL)
+            .map(|&e| self.e_chan[e as usize])
     }
 
     /// Any channel on `a` that may move to `x`, preferring the cheapest kind.
     pub(crate) fn any_channel_on_arc(&self, a: u32, x: u32) -> Option<u32> {
-        let slot = self.slot(a, x)?;
-        let heads = &self.heads[slot as usize];
-        heads
-            .iter()
-            .find(|&&e| e != NIL)
-            .map(|&e| self.e_chan[e as usize])
+        self.any_channel_in(self.slot(a, x)?)
     }
 
     /// Adds a channel with its member nodes, placed on `at` (a member or [`SOURCE`]).
@@ -479,8 +483,8 @@ impl Exchange {
         };
         if s == next {
             self.heads.push([NIL; 3]);
-            self.nbrs[a as usize].push(x);
-            self.rnbrs[x as usize].push(a);
+            self.nbrs[a as usize].push(Nbr { node: x, slot: s });
+            self.rnbrs[x as usize].push(Nbr { node: a, slot: s });
         }
         s
     }
@@ -528,6 +532,14 @@ impl Exchange {
         }
         self.e_slot[i] = NIL;
     }
+}
+
+/// A neighbour in the bot graph, and the slot of the pair's arc lists: searches walk these,
+/// so they never look a pair up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Nbr {
+    pub node: u32,
+    pub slot: u32,
 }
 
 /// One list of nodes per channel, stored flat.
@@ -586,10 +598,10 @@ mod tests {
 
     fn arcs(ex: &Exchange, a: u32) -> Vec<(u32, Kind)> {
         let mut out = Vec::new();
-        for &x in ex.nbrs(a) {
+        for &Nbr { node, slot } in ex.nbrs(a) {
             for kind in Kind::ALL {
-                if ex.has_arc(a, x, kind) {
-                    out.push((x, kind));
+                if ex.has_arc_in(slot, kind) {
+                    out.push((node, kind));
                 }
             }
         }
@@ -607,7 +619,7 @@ mod tests {
             ex.move_to(0, 2);
             assert_eq!(arcs(&ex, 1), []);
             assert_eq!(arcs(&ex, 2), [(1, Kind::Return), (3, Kind::Neutral)]);
-            assert_eq!(ex.channel_on_arc(2, 1, Kind::Return), Some(0));
+            assert_eq!(ex.channel_in(ex.slot(2, 1).unwrap(), Kind::Return), Some(0));
             assert_eq!((ex.load(1), ex.load(2)), (0, 1));
             ex.set_home(0, 2);
             assert_eq!(arcs(&ex, 2), [(1, Kind::Leave), (3, Kind::Leave)]);

@@ -18,7 +18,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::{Add, Sub};
 
-use super::exchange::{Exchange, Kind, SOURCE};
+use super::exchange::{Exchange, Kind, Nbr, SOURCE};
 
 /// A lexicographic cost: Σ load² first, moved channels second.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -62,8 +62,8 @@ impl Sub for Cost {
 /// What crossing a residual arc does.
 #[derive(Clone, Copy, Debug)]
 enum Op {
-    /// Move a channel of this kind along the arc.
-    Move(Kind),
+    /// Move a channel of this kind along the arc (whose pair has this slot).
+    Move(Kind, u32),
     /// The bot sends one more unit to T.
     ToSink,
     /// T takes one unit back from the bot.
@@ -175,11 +175,11 @@ impl Flow {
         })
     }
 
-    fn move_step(ex: &Exchange, from: u32, to: u32, kind: Kind) -> Option<Step> {
-        ex.has_arc(from, to, kind).then_some(Step {
+    fn move_step(ex: &Exchange, from: u32, to: u32, slot: u32, kind: Kind) -> Option<Step> {
+        ex.has_arc_in(slot, kind).then_some(Step {
             from,
             to,
-            op: Op::Move(kind),
+            op: Op::Move(kind, slot),
             cost: Cost::moves(kind.cost()),
         })
     }
@@ -204,22 +204,20 @@ impl Flow {
             Dir::Forward if i == 0 => self.sink_step(v),
             Dir::Backward if i == 0 => self.refund_step(v),
             Dir::Forward => {
-                let x = ex.nbrs(v)[(i - 1) / 3];
-                Self::move_step(ex, v, x, Kind::ALL[(i - 1) % 3])
+                let Nbr { node: x, slot } = ex.nbrs(v)[(i - 1) / 3];
+                Self::move_step(ex, v, x, slot, Kind::ALL[(i - 1) % 3])
             }
             Dir::Backward => {
-                let a = ex.rnbrs(v)[(i - 1) / 3];
-                Self::move_step(ex, a, v, Kind::ALL[(i - 1) % 3])
+                let Nbr { node: a, slot } = ex.rnbrs(v)[(i - 1) / 3];
+                Self::move_step(ex, a, v, slot, Kind::ALL[(i - 1) % 3])
             }
         }
     }
 
     fn apply(&mut self, ex: &mut Exchange, step: &Step) {
         match step.op {
-            Op::Move(kind) => {
-                let channel = ex
-                    .channel_on_arc(step.from, step.to, kind)
-                    .expect("admissible arc");
+            Op::Move(kind, slot) => {
+                let channel = ex.channel_in(slot, kind).expect("admissible arc");
                 ex.move_to(channel, step.to);
             }
             Op::ToSink => {
@@ -242,7 +240,7 @@ impl Flow {
             let channel = ex
                 .nbrs(SOURCE)
                 .iter()
-                .find_map(|&x| ex.any_channel_on_arc(SOURCE, x))
+                .find_map(|n| ex.any_channel_in(n.slot))
                 .expect("a waiting channel has a member");
             let best = ex
                 .members(channel)

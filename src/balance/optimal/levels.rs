@@ -11,7 +11,7 @@
 //! The levels are what the flow phase needs: every optimal placement keeps each level's bots at
 //! loads β − 1 or β, and `−(2β − 1)` is a valid dual price for each bot.
 
-use super::exchange::{Exchange, NIL};
+use super::exchange::{Exchange, NIL, Nbr};
 
 /// Runs phase A on the nodes marked `active` and returns β per node (0 for inactive nodes).
 pub(crate) fn settle_levels(ex: &mut Exchange, active: &[bool]) -> Vec<i64> {
@@ -84,10 +84,10 @@ impl Round {
                     reached = true;
                     continue;
                 }
-                for &x in ex.nbrs(v) {
+                for &Nbr { node: x, slot } in ex.nbrs(v) {
                     if !frozen[x as usize]
                         && self.dist[x as usize] == NIL
-                        && ex.any_channel_on_arc(v, x).is_some()
+                        && ex.any_channel_in(slot).is_some()
                     {
                         self.dist[x as usize] = self.dist[v as usize] + 1;
                         self.queue.push(x);
@@ -121,10 +121,10 @@ impl Round {
             let nbrs = ex.nbrs(v);
             let mut advanced = false;
             while self.cursor[v as usize] < nbrs.len() {
-                let x = nbrs[self.cursor[v as usize]];
+                let Nbr { node: x, slot } = nbrs[self.cursor[v as usize]];
                 if !frozen[x as usize]
                     && self.dist[x as usize] == self.dist[v as usize].wrapping_add(1)
-                    && ex.any_channel_on_arc(v, x).is_some()
+                    && ex.any_channel_in(slot).is_some()
                 {
                     self.path.push(x);
                     advanced = true;
@@ -156,10 +156,10 @@ impl Round {
         while head < self.queue.len() {
             let v = self.queue[head];
             head += 1;
-            for &x in ex.nbrs(v) {
+            for &Nbr { node: x, slot } in ex.nbrs(v) {
                 if !frozen[x as usize]
                     && self.dist[x as usize] == NIL
-                    && ex.any_channel_on_arc(v, x).is_some()
+                    && ex.any_channel_in(slot).is_some()
                 {
                     self.dist[x as usize] = 0;
                     self.queue.push(x);

@@ -136,6 +136,13 @@ impl State {
             }
             flow.settle(&mut ex);
         }
+        if keep && ex.displaced().len() > channels / 8 {
+            // Every channel's place becomes its home: with many away from home, building the
+            // graph that way costs less than re-filing their arcs one by one.
+            let at = ex.places().to_vec();
+            drop(ex);
+            ex = Exchange::with_channels(width, &valid_lists, &at, &at);
+        }
         let mut state = State { ex, flow };
         if keep {
             state.rehome();
