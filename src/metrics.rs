@@ -320,28 +320,26 @@ mod tests {
         let metrics = Metrics::new();
         metrics.rebalance_runs.with_label_values(&["startup"]).inc();
         let view = View::default();
+        // The view alone: no presence, store, publication or federate pool.
+        let render = |view: &View| {
+            metrics.render(&State {
+                view,
+                presence: &Presence::default(),
+                store: &WriteStatus::default(),
+                publication: None,
+                federate: None,
+            })
+        };
         view.set_bot("onebot", "1001", true);
         view.apply("onebot", [("100", Some("1001")), ("200", Some("1001"))]);
-        let text = metrics.render(&State {
-            view: &view,
-            presence: &Presence::default(),
-            store: &WriteStatus::default(),
-            publication: None,
-            federate: None,
-        });
+        let text = render(&view);
         assert!(text.contains("auto_assign_rebalance_runs_total{cause=\"startup\"} 1\n"));
         assert!(text.contains("auto_assign_bot_load{bot=\"1001\",platform=\"onebot\"} 2\n"));
         assert!(text.contains("auto_assign_bot_online{bot=\"1001\",platform=\"onebot\"} 1\n"));
         // A forgotten bot's series go away.
         view.forget_bot("onebot", "1001");
         view.apply("onebot", [("100", None), ("200", None)]);
-        let text = metrics.render(&State {
-            view: &view,
-            presence: &Presence::default(),
-            store: &WriteStatus::default(),
-            publication: None,
-            federate: None,
-        });
+        let text = render(&view);
         assert!(!text.contains("bot=\"1001\""), "{text}");
     }
 }
