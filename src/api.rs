@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ReloadStatus;
 use crate::engine::Control;
+use crate::leader::Role;
 use crate::metrics::{self, Metrics};
 use crate::outputs::presence_registry;
 use crate::outputs::publish::PublishStatus;
@@ -109,6 +110,27 @@ pub struct Api {
     pub history: SqlStore,
     /// The Redis publication's progress, when publishing.
     pub publication: Option<Arc<PublishStatus>>,
+    /// This instance's name and role, under leadership.
+    pub leadership: Option<(String, tokio::sync::watch::Receiver<Role>)>,
+}
+
+impl Api {
+    /// `{"instance": …, "role": "leader"|"follower", "term": …, "leader": …}`, or `null`.
+    fn leadership(&self) -> Value {
+        let Some((instance, role)) = &self.leadership else {
+            return Value::Null;
+        };
+        let role = role.borrow().clone();
+        let leader = match &role {
+            Role::Leader { .. } => Some(instance.clone()),
+            Role::Follower { leader, .. } => leader.clone(),
+        };
+        let mut out = serde_json::to_value(&role).unwrap_or(Value::Null);
+        out["instance"] = json!(instance);
+        out["leader"] = json!(leader);
+        out["term"] = json!(role.term());
+        out
+    }
 }
 
 type Shared = Arc<Api>;
@@ -444,6 +466,10 @@ async fn prometheus_metrics(State(api): State<Shared>) -> Response {
         store: &store,
         publication: api.publication.as_deref(),
         federate: api.federate.as_deref(),
+        leadership: api
+            .leadership
+            .as_ref()
+            .map(|(instance, role)| (instance.as_str(), role.borrow().clone())),
     });
     (
         [(
@@ -478,6 +504,7 @@ async fn healthz(State(api): State<Shared>) -> Json<Value> {
     Json(json!({
         "status": status,
         "redis": redis,
+        "leadership": api.leadership(),
         "store": {
             "committed": store.is_committed(),
             "pending_rows": store.pending_rows,
@@ -654,6 +681,15 @@ async fn explain(
 }
 
 async fn rebalance(State(api): State<Shared>) -> Response {
+    if let Some((_, role)) = &api.leadership
+        && let Role::Follower { leader, .. } = &*role.borrow()
+    {
+        let leader = leader.as_deref().unwrap_or("nobody yet");
+        return error(
+            StatusCode::CONFLICT,
+            format!("this instance follows; ask the leader ({leader})"),
+        );
+    }
     match api.control.send(Control::Rebalance).await {
         Ok(()) => (StatusCode::ACCEPTED, Json(json!({ "requested": true }))).into_response(),
         Err(_) => error(

@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::api;
 use crate::balance::{Rules, Strategy};
+use crate::leader;
 use crate::outputs::redis;
 use crate::pallas::claim;
 use crate::pallas::federate::settings as federate;
@@ -48,6 +49,8 @@ pub struct Config {
     pub api: api::Settings,
     /// The Pallas-Bot federate pool this deployment joins, if any.
     pub federate: Option<federate::Settings>,
+    /// One of several instances, when set (see `leader`).
+    pub leadership: Option<leader::Settings>,
     pub log_format: LogFormat,
 }
 
@@ -93,6 +96,8 @@ struct Raw {
     #[serde(default)]
     federate: Option<federate::Settings>,
     #[serde(default)]
+    leadership: Option<leader::Settings>,
+    #[serde(default)]
     log_format: LogFormat,
 }
 
@@ -129,6 +134,7 @@ pub enum RestartOnly {
     Claims,
     Api,
     Federate,
+    Leadership,
     LogFormat,
 }
 
@@ -141,6 +147,7 @@ impl RestartOnly {
             RestartOnly::Claims => "claims",
             RestartOnly::Api => "api",
             RestartOnly::Federate => "federate",
+            RestartOnly::Leadership => "leadership",
             RestartOnly::LogFormat => "logFormat",
         }
     }
@@ -185,6 +192,7 @@ impl Config {
             claims: raw.claims,
             api: raw.api,
             federate: raw.federate,
+            leadership: raw.leadership,
             log_format: raw.log_format,
         };
         config.database.resolve(&base);
@@ -195,6 +203,27 @@ impl Config {
                 path,
                 "sources.http: fleet reporters talk to the HTTP API, but api.bind is null",
             ));
+        }
+        if let Some(l) = &config.leadership {
+            let missing = match l.lease {
+                leader::LeaseStore::Redis if config.redis.is_none() => {
+                    Some("lease: redis needs the redis: section")
+                }
+                leader::LeaseStore::Postgres
+                    if !matches!(config.database.url, store::DatabaseUrl::Postgres(_)) =>
+                {
+                    Some("lease: postgres needs database.url to be postgres://")
+                }
+                _ => None,
+            };
+            // Followers serve the leader's assignment from its Redis publication.
+            let missing = missing.or(config
+                .redis
+                .is_none()
+                .then_some("followers follow the leader's publication: set redis:"));
+            if let Some(missing) = missing {
+                return Err(FileError::new(path, format!("leadership: {missing}")));
+            }
         }
         if let Some(f) = &mut config.federate {
             f.resolve(&base)
@@ -225,6 +254,9 @@ impl Config {
         if self.federate != new.federate {
             changed.push(RestartOnly::Federate);
         }
+        if self.leadership != new.leadership {
+            changed.push(RestartOnly::Leadership);
+        }
         if self.log_format != new.log_format {
             changed.push(RestartOnly::LogFormat);
         }
@@ -239,6 +271,7 @@ impl Config {
         new.claims = self.claims.clone();
         new.api = self.api.clone();
         new.federate = self.federate.clone();
+        new.leadership = self.leadership.clone();
         new.log_format = self.log_format;
         new
     }
@@ -335,6 +368,37 @@ mod tests {
             }
         }
         assert!(parse("").unwrap_err().contains("the file is empty"));
+    }
+
+    #[test]
+    fn leadership_section() {
+        let c =
+            parse("redis: {url: \"redis://127.0.0.1:1\"}\nleadership: {instance: a}\n").unwrap();
+        let l = c.leadership.unwrap();
+        assert_eq!(l.instance(), "a");
+        assert_eq!(l.lease_ttl.get(), Duration::from_secs(10));
+        assert_eq!(l.lease, leader::LeaseStore::Redis);
+        for (text, wanted) in [
+            (
+                "leadership: {}\n",
+                "leadership: lease: redis needs the redis: section",
+            ),
+            (
+                "redis: {url: \"redis://h\"}\nleadership: {lease: postgres}\n",
+                "leadership: lease: postgres needs database.url to be postgres://",
+            ),
+            (
+                "redis: {url: \"redis://h\"}\nleadership: {leaseTtl: 0.5}\n",
+                "leadership.leaseTtl: must be a number of seconds ≥ 1 (got 0.5) at line 2",
+            ),
+            (
+                "redis: {url: \"redis://h\"}\nleadership: {lease: etcd}\n",
+                "unknown variant `etcd`",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(wanted), "{text:?}: {e}");
+        }
     }
 
     #[test]

@@ -23,12 +23,13 @@ use crate::config::Config;
 use crate::explain::{Explanation, explain};
 use crate::index::FleetIndex;
 use crate::metrics::Metrics;
+use crate::outputs::follower::Follower;
 use crate::outputs::publish::Publisher;
 use crate::presence::Presence;
 use crate::source::merge::{Merge, SourceId};
 use crate::source::{FleetEvent, Origin};
-use crate::store::writer::{Unwritten, Writer};
-use crate::store::{Batch, ChannelWrite, PlatformRecord, RunRecord};
+use crate::store::writer::{Mode, Unwritten, Writer};
+use crate::store::{Batch, ChannelWrite, Fence, PlatformRecord, RunRecord};
 use crate::triggers::{Cause, Causes, Debouncer};
 use crate::view::{PlatformCounts, RunSummary, View};
 
@@ -49,6 +50,28 @@ pub enum Control {
         channel: String,
         reply: tokio::sync::oneshot::Sender<Explanation>,
     },
+    /// This instance leads now, fenced by `fence`; `stored` is what the database holds, the
+    /// previous assignment the first plan starts from.
+    Lead {
+        fence: Fence,
+        stored: Vec<(String, String, String)>,
+    },
+    /// Another instance leads.
+    Follow,
+    /// The leader published a new version of the assignment.
+    Followed,
+}
+
+/// Whether this engine plans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Duty {
+    /// The only instance.
+    Alone,
+    Leader {
+        term: i64,
+    },
+    /// Keeps the index current and mirrors the leader's publication; plans nothing.
+    Follower,
 }
 
 /// Where the engine's results go besides the SQL store.
@@ -66,6 +89,8 @@ pub struct Outputs {
     /// Wall time, for history records and presence.
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
+    /// The leader's publication, read by followers (under leadership).
+    pub followed: Option<Follower>,
 }
 
 pub struct Engine {
@@ -86,6 +111,7 @@ pub struct Engine {
     offline_since: HashMap<(String, String), Instant>,
     /// Which source's report of each bot the index follows.
     merge: Merge,
+    duty: Duty,
 }
 
 /// Below this many, channels nobody is in cost too little to be worth a rebuild of the index.
@@ -102,23 +128,15 @@ impl Engine {
     ) -> Self {
         let mut index = FleetIndex::new();
         let count = stored.len();
-        // Every platform's rows, so a platform enabled later still starts from its stored state.
-        for (platform, channel, bot) in stored {
-            let p = index.platform_mut(&platform);
-            let c = p.add_channel(&channel);
-            let b = p.add_bot(&bot);
-            p.set_assignee(c, Some(b));
-        }
-        for p in index.platforms_mut() {
-            p.take_journal();
-            let assignment: Vec<(&str, &str)> = (0..p.channel_count() as u32)
-                .filter_map(|c| p.assignee(c).map(|b| (p.channel_id(c), p.bot_id(b))))
-                .collect();
-            outputs.view.replace(p.name(), assignment);
-        }
+        load_assignment(&mut index, &outputs.view, stored);
         outputs.view.set_exclusions(&config.rules.exclude);
         info!("loaded {count} stored assignment(s) as the previous assignment");
+        let duty = match config.leadership {
+            Some(_) => Duty::Follower,
+            None => Duty::Alone,
+        };
         Self {
+            duty,
             outputs,
             planner: Planner::new(config.strategy),
             config,
@@ -281,7 +299,11 @@ impl Engine {
     ) -> Unwritten {
         self.reschedule(&control_tx).await;
         loop {
-            let due = self.triggers.due().filter(|_| self.ready);
+            // A follower's triggers wait: they run if it takes over.
+            let due = self
+                .triggers
+                .due()
+                .filter(|_| self.ready && self.duty != Duty::Follower);
             let periodic = self.next_periodic;
             tokio::select! {
                 biased;
@@ -310,6 +332,9 @@ impl Engine {
                     self.request(Cause::Startup);
                 }
             }
+            Control::Lead { fence, stored } => self.lead(fence, stored),
+            Control::Follow => self.follow(),
+            Control::Followed => self.mirror_publication(),
             Control::Schedule => self.request(Cause::Schedule),
             Control::Rebalance => self.request(Cause::Requested),
             Control::Explain {
@@ -357,6 +382,78 @@ impl Engine {
         }
     }
 
+    /// Takes over: plans from what the database holds, fenced by the new term. Nothing moves
+    /// when the fleet is what the previous leader planned for.
+    fn lead(&mut self, fence: Fence, stored: Vec<(String, String, String)>) {
+        let term = fence.term;
+        let count = stored.len();
+        load_assignment(&mut self.index, &self.outputs.view, stored);
+        // The incremental planner's state belongs to the assignment it last planned.
+        self.planner = Planner::new(self.config.strategy);
+        self.duty = Duty::Leader { term };
+        self.writer.set_mode(Mode::Leader(fence));
+        if let Some(publisher) = &self.outputs.publisher {
+            publisher.set_term(Some(term));
+        }
+        info!("leading in term {term} from {count} stored assignment(s)");
+        self.request(Cause::Takeover);
+    }
+
+    fn follow(&mut self) {
+        if self.duty == Duty::Follower {
+            return;
+        }
+        self.duty = Duty::Follower;
+        self.writer.set_mode(Mode::Follower);
+        if let Some(publisher) = &self.outputs.publisher {
+            publisher.set_term(None);
+        }
+        info!("following");
+        self.mirror_publication();
+    }
+
+    /// A follower's index and view take the leader's published assignment, so its API
+    /// answers as the leader's does.
+    fn mirror_publication(&mut self) {
+        if self.duty != Duty::Follower {
+            return;
+        }
+        let Some(followed) = &self.outputs.followed else {
+            return;
+        };
+        let (index, view) = (&mut self.index, &self.outputs.view);
+        followed.read(|_, published| {
+            let empty = std::collections::BTreeMap::new();
+            let names: std::collections::BTreeSet<String> = published
+                .keys()
+                .cloned()
+                .chain(index.platforms().iter().map(|p| p.name().to_owned()))
+                .collect();
+            for name in names {
+                let channels = published.get(&name).unwrap_or(&empty);
+                let p = index.platform_mut(&name);
+                for c in 0..p.channel_count() as u32 {
+                    let want = channels.get(p.channel_id(c)).map(|bot| p.add_bot(bot));
+                    if p.assignee(c) != want {
+                        p.set_assignee(c, want);
+                    }
+                }
+                for (channel, bot) in channels {
+                    if p.find_channel(channel).is_none() {
+                        let c = p.add_channel(channel);
+                        let b = p.add_bot(bot);
+                        p.set_assignee(c, Some(b));
+                    }
+                }
+                p.take_journal();
+                view.replace(
+                    &name,
+                    channels.iter().map(|(c, b)| (c.as_str(), b.as_str())),
+                );
+            }
+        });
+    }
+
     /// (Re)arms the periodic rebalance: the cron job if configured, else the interval.
     async fn reschedule(&mut self, control_tx: &mpsc::Sender<Control>) {
         if let Some(mut old) = self.cron.take() {
@@ -376,6 +473,11 @@ impl Engine {
     }
 
     async fn rebalance(&mut self) {
+        let term = match self.duty {
+            Duty::Alone => 0,
+            Duty::Leader { term } => term,
+            Duty::Follower => return,
+        };
         let causes = self.triggers.take();
         let started_at_ms = self.outputs.clock.unix_ms();
         let planning = std::time::Instant::now();
@@ -404,7 +506,7 @@ impl Engine {
                 info!("rebalance #{} ({causes}): {}", self.runs, p.summary(index));
             }
         }
-        let batch = self.batch(&plan, &causes, started_at_ms);
+        let batch = self.batch(&plan, &causes, started_at_ms, term);
         let mut published = Vec::with_capacity(batch.writes.len());
         for w in &batch.writes {
             let bot = (!w.assignee.is_empty()).then_some(w.assignee.as_str());
@@ -484,7 +586,7 @@ impl Engine {
     }
 
     /// The rows and the history record of a plan.
-    fn batch(&self, plan: &Plan, causes: &Causes, started_at_ms: i64) -> Batch {
+    fn batch(&self, plan: &Plan, causes: &Causes, started_at_ms: i64, term: i64) -> Batch {
         let mut batch = Batch::default();
         let mut platforms = Vec::new();
         for p in &plan.platforms {
@@ -517,9 +619,35 @@ impl Engine {
             finished_at_ms: self.outputs.clock.unix_ms(),
             causes: causes.to_string(),
             strategy: plan.strategy.to_string(),
+            term,
             platforms,
         });
         batch
+    }
+}
+
+/// Makes `stored` (platform, channel, bot) the index's and the view's assignment: every
+/// platform's rows, so a platform enabled later still starts from its stored state.
+fn load_assignment(index: &mut FleetIndex, view: &View, stored: Vec<(String, String, String)>) {
+    for p in index.platforms_mut() {
+        for c in 0..p.channel_count() as u32 {
+            if p.assignee(c).is_some() {
+                p.set_assignee(c, None);
+            }
+        }
+    }
+    for (platform, channel, bot) in stored {
+        let p = index.platform_mut(&platform);
+        let c = p.add_channel(&channel);
+        let b = p.add_bot(&bot);
+        p.set_assignee(c, Some(b));
+    }
+    for p in index.platforms_mut() {
+        p.take_journal();
+        let assignment: Vec<(&str, &str)> = (0..p.channel_count() as u32)
+            .filter_map(|c| p.assignee(c).map(|b| (p.channel_id(c), p.bot_id(b))))
+            .collect();
+        view.replace(p.name(), assignment);
     }
 }
 

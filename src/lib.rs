@@ -16,6 +16,7 @@
 //! * [`store`]: the SQL store (Koishi's `channel` table and the rebalance history).
 //! * [`view`], [`api`], [`coord`]: the assignment as seen from outside, the HTTP API, and
 //!   per-message coordination (claims, gates, Redis publication, the federate pool).
+//! * [`leader`]: several instances, one leader: the lease, terms and fencing.
 //! * [`service`]: `auto-assign serve`, wiring it all with a clean shutdown.
 //! * [`bench`]: seeded synthetic fleets and the measurements printed by `auto-assign bench`.
 //!
@@ -34,6 +35,7 @@ pub(crate) mod explain;
 #[cfg(test)]
 mod fuzz;
 pub mod index;
+pub(crate) mod leader;
 pub(crate) mod logs;
 pub(crate) mod metrics;
 pub(crate) mod model;

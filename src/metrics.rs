@@ -13,6 +13,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::leader::Role;
 use crate::outputs::publish::PublishStatus;
 use crate::pallas::federate::Federate;
 use crate::presence::Presence;
@@ -44,6 +45,8 @@ pub struct Metrics {
     publication_version: IntGauge,
     publication_lag: GaugeVec,
     federate_peers: IntGauge,
+    leader: IntGaugeVec,
+    leader_term: IntGauge,
 }
 
 /// What `/metrics` reads at scrape time.
@@ -53,6 +56,8 @@ pub struct State<'a> {
     pub store: &'a WriteStatus,
     pub publication: Option<&'a PublishStatus>,
     pub federate: Option<&'a Federate>,
+    /// This instance's name and role, under leadership.
+    pub leadership: Option<(&'a str, Role)>,
 }
 
 /// Rebalance and commit durations: 1 ms to ~16 s.
@@ -204,6 +209,15 @@ impl Metrics {
                 "federate_peers",
                 "Other deployments of the federate pool seen in the last roster",
             ),
+            leader: gauge(
+                "leader",
+                "1 while this instance leads (under leadership), else 0",
+                &["instance"],
+            ),
+            leader_term: single(
+                "leader_term",
+                "The newest leadership term this instance knows (0 before it knows one)",
+            ),
             registry,
         }
     }
@@ -308,6 +322,14 @@ impl Metrics {
             self.federate_peers
                 .set(federate.roster().peers.len() as i64);
         }
+        self.leader.reset();
+        if let Some((instance, role)) = &state.leadership {
+            let leads = matches!(role, Role::Leader { .. });
+            self.leader
+                .with_label_values(&[*instance])
+                .set(i64::from(leads));
+            self.leader_term.set(role.term().unwrap_or(0));
+        }
     }
 }
 
@@ -328,6 +350,7 @@ mod tests {
                 store: &WriteStatus::default(),
                 publication: None,
                 federate: None,
+                leadership: Some(("a", Role::Leader { term: 3 })),
             })
         };
         view.set_bot("onebot", "1001", true);
@@ -336,6 +359,11 @@ mod tests {
         assert!(text.contains("auto_assign_rebalance_runs_total{cause=\"startup\"} 1\n"));
         assert!(text.contains("auto_assign_bot_load{bot=\"1001\",platform=\"onebot\"} 2\n"));
         assert!(text.contains("auto_assign_bot_online{bot=\"1001\",platform=\"onebot\"} 1\n"));
+        assert!(
+            text.contains("auto_assign_leader{instance=\"a\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("auto_assign_leader_term 3\n"), "{text}");
         // A forgotten bot's series go away.
         view.forget_bot("onebot", "1001");
         view.apply("onebot", [("100", None), ("200", None)]);

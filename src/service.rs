@@ -17,9 +17,11 @@ use crate::api::{self, Api};
 use crate::clock::Clock;
 use crate::config::{Config, FileError, ReloadStatus};
 use crate::engine::{Control, Engine, Outputs};
+use crate::leader;
 use crate::metrics::Metrics;
+use crate::outputs::follower::Follower;
 use crate::outputs::presence_registry;
-use crate::outputs::publish::{Keys, Publisher};
+use crate::outputs::publish::{Keys, Publisher, Publishing};
 use crate::outputs::redis::Redis;
 use crate::pallas::claim::Claims;
 use crate::pallas::federate::{Federate, settings};
@@ -31,7 +33,7 @@ use crate::source::http::Reporters;
 use crate::source::merge::SourceId;
 use crate::source::{FleetEvent, onebot};
 use crate::store::writer::Writer;
-use crate::store::{SqlStore, Store as _};
+use crate::store::{DatabaseUrl, SqlStore, Store as _};
 use crate::view::View;
 use crate::watch::FileWatch;
 
@@ -144,6 +146,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         shutdown: shutdown.clone(),
     };
     let publisher = start_outputs(&shared, &mut tasks);
+    let followed = start_following(&shared);
     let federate = start_federate(&shared, &mut tasks)?;
 
     let (fleet_tx, fleet_rx) = mpsc::channel(4096);
@@ -171,8 +174,51 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         presence_changed: shared.presence_changed.clone(),
         clock,
         metrics: metrics.clone(),
+        followed: followed.clone(),
     };
+    let write_status = writer.status();
     let mut engine = Engine::new(config.clone(), stored, writer, outputs);
+    let leadership = match &config.leadership {
+        None => None,
+        Some(settings) => {
+            let parts = leader::Parts {
+                settings: settings.clone(),
+                prefix: config
+                    .redis
+                    .as_ref()
+                    .map_or_else(|| "auto-assign".to_owned(), |r| r.prefix.0.clone()),
+                redis: shared.redis.clone(),
+                database: match &config.database.url {
+                    DatabaseUrl::Postgres(url) => Some(url.clone()),
+                    _ => None,
+                },
+                store: history_reader.clone(),
+                control: control_tx.clone(),
+                writes: write_status,
+            };
+            let leadership =
+                leader::start(parts).map_err(|e| FileError::new(&config.path, e.to_string()))?;
+            info!("leadership: campaigning as {}", leadership.instance);
+            Some(leadership)
+        }
+    };
+    if let Some(followed) = followed {
+        // Each new version of the leader's publication reaches the engine (coalesced).
+        let mut changed = followed.changed();
+        let control = control_tx.clone();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    result = changed.changed() => if result.is_err() { return },
+                }
+                if control.send(Control::Followed).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let (reload_status, reload_rx) = watch::channel(ReloadStatus::default());
 
     let api_addr = match config.api.bind {
@@ -204,6 +250,9 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
                 metrics_auth: config.api.metrics_auth,
                 history: history_reader.clone(),
                 publication,
+                leadership: leadership
+                    .as_ref()
+                    .map(|l| (l.instance.clone(), l.role.clone())),
             };
             Some(start_api(&shared, api, bind, &mut tasks).await?)
         }
@@ -251,6 +300,10 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
             .run(fleet_rx, control_tx, control_rx, stop.clone())
             .await;
         stop.cancel();
+        // Only now, with everything written, may the next leader start.
+        if let Some(leadership) = leadership {
+            leadership.release().await;
+        }
         while tasks.join_next().await.is_some() {}
         if unwritten.pending.is_empty() {
             return Ok(());
@@ -293,9 +346,29 @@ fn start_outputs(s: &Shared, tasks: &mut JoinSet<()>) -> Option<Publisher> {
     let keys = Keys {
         prefix: settings.prefix.0.clone(),
     };
+    // Under leadership nobody publishes until it leads.
+    let publishing = match s.config.leadership {
+        Some(_) => Publishing::Stopped,
+        None => Publishing::Alone,
+    };
     Some(Publisher::start(
         redis.clone(),
         s.view.clone(),
+        keys,
+        publishing,
+        s.shutdown.clone(),
+    ))
+}
+
+/// Under leadership, the leader's publication, which followers serve.
+fn start_following(s: &Shared) -> Option<Follower> {
+    s.config.leadership.as_ref()?;
+    let (redis, settings) = (s.redis.as_ref()?, s.config.redis.as_ref()?);
+    let keys = Keys {
+        prefix: settings.prefix.0.clone(),
+    };
+    Some(Follower::start(
+        redis.client().clone(),
         keys,
         s.shutdown.clone(),
     ))

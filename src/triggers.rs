@@ -74,6 +74,8 @@ pub enum Cause {
     ChannelJoined,
     ChannelLeft,
     Requested,
+    /// This instance took over the leadership.
+    Takeover,
 }
 
 impl Cause {
@@ -88,6 +90,7 @@ impl Cause {
             Cause::ChannelJoined => "channel-joined",
             Cause::ChannelLeft => "channel-left",
             Cause::Requested => "requested",
+            Cause::Takeover => "takeover",
         }
     }
 
@@ -101,7 +104,9 @@ impl Cause {
             Cause::BotStatus => delays.bot_status.get(),
             Cause::ChannelJoined => delays.channel_joined.get(),
             Cause::ChannelLeft => delays.channel_left.get(),
-            Cause::Schedule | Cause::ConfigChanged | Cause::Requested => Duration::ZERO,
+            Cause::Schedule | Cause::ConfigChanged | Cause::Requested | Cause::Takeover => {
+                Duration::ZERO
+            }
         }
     }
 }

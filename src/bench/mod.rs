@@ -8,13 +8,15 @@
 //! it), so it includes the fleet index itself.
 //!
 //! `--huge` measures one fleet of 10,000,000 channels / 20,000 bots / ~28.5M memberships the
-//! same way; `--plan-io` the whole `auto-assign plan` process (see `planio`).
+//! same way; `--plan-io` the whole `auto-assign plan` process (see `planio`); `--takeover`
+//! the leadership takeover time over repeated leader kills (see `takeover`).
 
 mod coord;
 mod federate;
 mod fleets;
 mod onebot;
 mod planio;
+mod takeover;
 
 use std::time::{Duration, Instant};
 
@@ -58,6 +60,13 @@ pub struct Args {
     /// Instead: one fleet of 10,000,000 channels / 20,000 bots / ~28.5M memberships.
     #[arg(long)]
     pub huge: bool,
+    /// Instead: three instances under leadership; the leader is killed (then stopped
+    /// cleanly) `--kills` times each and the takeover time measured.
+    #[arg(long)]
+    pub takeover: bool,
+    /// Leader kills (and clean stops) with --takeover.
+    #[arg(long, default_value_t = 5)]
+    pub kills: usize,
 }
 
 /// Runs the measurements; `false` when one failed or a check did not hold (the planner's
@@ -70,6 +79,11 @@ pub fn run(args: &Args) -> bool {
     }
     if args.onebot {
         return onebot::run(args.bots, args.groups, args.seed)
+            .inspect_err(|e| eprintln!("error: {e:#}"))
+            .is_ok();
+    }
+    if args.takeover {
+        return takeover::run(args.kills)
             .inspect_err(|e| eprintln!("error: {e:#}"))
             .is_ok();
     }

@@ -18,16 +18,28 @@ use super::publish::Keys;
 /// platform → channel → bot
 pub type Assignment = BTreeMap<String, BTreeMap<String, String>>;
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Follower {
     state: Arc<RwLock<(i64, Assignment)>>,
     resyncs: Arc<AtomicU64>,
+    /// The version followed, bumped after every change of `state`.
+    changed: Arc<tokio::sync::watch::Sender<i64>>,
+}
+
+impl Default for Follower {
+    fn default() -> Self {
+        Follower {
+            state: Arc::default(),
+            resyncs: Arc::default(),
+            changed: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
 }
 
 const READ_ALL: &str = r#"
 local out = {redis.call('GET', KEYS[1]) or '0'}
 for _, key in ipairs(redis.call('KEYS', ARGV[1])) do
-  if string.sub(key, -10) ~= ':republish' then
+  if not string.find(key, ':republish', 1, true) then
     table.insert(out, key)
     table.insert(out, redis.call('HGETALL', key))
   end
@@ -57,6 +69,17 @@ impl Follower {
     /// The version and assignment followed so far.
     pub fn snapshot(&self) -> (i64, Assignment) {
         self.state.read().clone()
+    }
+
+    /// Reads the version and assignment followed so far without copying them.
+    pub fn read<T>(&self, f: impl FnOnce(i64, &Assignment) -> T) -> T {
+        let state = self.state.read();
+        f(state.0, &state.1)
+    }
+
+    /// Changes whenever what is followed changes (the value is the version).
+    pub fn changed(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.changed.subscribe()
     }
 
     /// How many times the hashes were re-read.
@@ -110,6 +133,8 @@ impl Follower {
                         }
                     }
                     state.0 = version;
+                    drop(state);
+                    self.changed.send_replace(version);
                 }
                 _ => self.resync(&mut conn, keys).await?,
             }
@@ -144,6 +169,7 @@ impl Follower {
         }
         *self.state.write() = (version, assignment);
         self.resyncs.fetch_add(1, Ordering::Relaxed);
+        self.changed.send_replace(version);
         Ok(())
     }
 }

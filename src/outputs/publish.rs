@@ -15,6 +15,10 @@
 //! Publishing never blocks planning: the engine hands changes to this task, which merges
 //! whatever queued up while it was busy; during an outage it only remembers that a full
 //! republish is due, retried with backoff, and the shared [`View`] supplies the state.
+//!
+//! Under leadership (`leader`) only the leader publishes, and both scripts are fenced: they
+//! raise `P:leader:term` to the leader's term, or find it higher and change nothing (the
+//! reply is an error starting with `FENCED`); the publisher then stops until it leads again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,14 +62,33 @@ impl Keys {
     pub fn channel(&self) -> String {
         format!("{}:changes", self.prefix)
     }
+
+    /// The newest leader's term (see `leader`).
+    pub fn term(&self) -> String {
+        crate::leader::term_key(&self.prefix)
+    }
 }
 
 /// Changes of one plan: (platform, channel, new bot or `None`).
 pub type Changes = Vec<(String, String, Option<String>)>;
 
+enum Job {
+    Changes(Changes),
+    /// `Some(term)`: publish as the leader of `term` (everything, at once); `None`: stop.
+    Term(Option<i64>),
+}
+
+/// Who publishes: an instance alone always, unfenced (term 0); under leadership the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publishing {
+    Alone,
+    Leader(i64),
+    Stopped,
+}
+
 #[derive(Clone)]
 pub struct Publisher {
-    tx: mpsc::UnboundedSender<Changes>,
+    tx: mpsc::UnboundedSender<Job>,
     pub status: Arc<PublishStatus>,
 }
 
@@ -95,17 +118,48 @@ impl Publisher {
     /// Queues a plan's changes; never waits.
     pub fn publish(&self, changes: Changes) {
         self.status.queued();
-        let _ = self.tx.send(changes);
+        let _ = self.tx.send(Job::Changes(changes));
+    }
+
+    /// This instance leads in `term` (`None`: it no longer does).
+    pub fn set_term(&self, term: Option<i64>) {
+        let _ = self.tx.send(Job::Term(term));
     }
 
     /// Starts the publishing task.
-    pub fn start(redis: Redis, view: View, keys: Keys, shutdown: CancellationToken) -> Publisher {
+    pub fn start(
+        redis: Redis,
+        view: View,
+        keys: Keys,
+        publishing: Publishing,
+        shutdown: CancellationToken,
+    ) -> Publisher {
         let (tx, rx) = mpsc::unbounded_channel();
         let status = Arc::new(PublishStatus::default());
-        tokio::spawn(run(redis, view, keys, rx, status.clone(), shutdown));
+        tokio::spawn(run(
+            redis,
+            view,
+            keys,
+            publishing,
+            rx,
+            status.clone(),
+            shutdown,
+        ));
         Publisher { tx, status }
     }
 }
+
+/// The fence both scripts start with (KEYS[2] the term key, ARGV[3] our term, 0 = none).
+const FENCE: &str = r#"
+local term = tonumber(ARGV[3])
+if term > 0 then
+  local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if term < current then
+    return redis.error_reply('FENCED term ' .. term .. ' is over: term ' .. current .. ' leads')
+  end
+  if term > current then redis.call('SET', KEYS[2], term) end
+end
+"#;
 
 const INCREMENTAL: &str = r#"
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -113,7 +167,7 @@ local floor = tonumber(ARGV[2])
 if v < floor then v = floor end
 v = v + 1
 redis.call('SET', KEYS[1], v)
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   local changes = cjson.decode(ARGV[i + 1])
   for channel, bot in pairs(changes) do
     if bot == cjson.null then
@@ -133,9 +187,10 @@ local floor = tonumber(ARGV[2])
 if v < floor then v = floor end
 v = v + 1
 redis.call('SET', KEYS[1], v)
-for i = 2, #KEYS, 2 do
+for i = 3, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i + 1]) == 1 then
     redis.call('RENAME', KEYS[i + 1], KEYS[i])
+    redis.call('PERSIST', KEYS[i])
   else
     redis.call('DEL', KEYS[i])
   end
@@ -148,30 +203,56 @@ async fn run(
     redis: Redis,
     view: View,
     keys: Keys,
-    mut rx: mpsc::UnboundedReceiver<Changes>,
+    mut publishing: Publishing,
+    mut rx: mpsc::UnboundedReceiver<Job>,
     status: Arc<PublishStatus>,
     shutdown: CancellationToken,
 ) {
+    let incremental_script = redis::Script::new(&format!("{FENCE}{INCREMENTAL}"));
+    let swap_script = redis::Script::new(&format!("{FENCE}{SWAP}"));
     let mut dirty = true;
+    let mut back = false;
     let mut version: i64 = 0;
     let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
     let mut merged: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
     let mut check = tokio::time::interval(Duration::from_secs(2));
     let mut reachable = redis.reachable();
     loop {
+        let mut take = |job: Job, merged: &mut BTreeMap<(String, String), Option<String>>| {
+            match job {
+                Job::Changes(changes) => merge(merged, changes),
+                Job::Term(term) => {
+                    publishing = term.map_or(Publishing::Stopped, Publishing::Leader);
+                    // A new leader publishes everything: its view is the truth now.
+                    dirty = true;
+                    merged.clear();
+                    version = 0;
+                }
+            }
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             job = rx.recv() => match job {
-                Some(changes) => merge(&mut merged, changes),
+                Some(job) => take(job, &mut merged),
                 None => return,
             },
             // Back after an outage: Redis may have lost the hashes; publish everything.
-            Ok(()) = reachable.changed() => dirty = true,
+            Ok(()) = reachable.changed() => back = true,
             _ = check.tick() => {}
         }
-        while let Ok(changes) = rx.try_recv() {
-            merge(&mut merged, changes);
+        while let Ok(job) = rx.try_recv() {
+            take(job, &mut merged);
         }
+        dirty |= std::mem::take(&mut back);
+        let term = match publishing {
+            Publishing::Alone => 0,
+            Publishing::Leader(term) => term,
+            Publishing::Stopped => {
+                merged.clear();
+                status.published(version);
+                continue;
+            }
+        };
         let Some(mut conn) = redis.conn().await else {
             dirty = true;
             merged.clear();
@@ -196,9 +277,17 @@ async fn run(
             }
         }
         let result = if dirty || merged.len() > MAX_INCREMENTAL {
-            republish(&mut conn, &view, &keys, version).await
+            republish(&mut conn, &swap_script, &view, &keys, version, term).await
         } else if !merged.is_empty() {
-            incremental(&mut conn, &keys, &merged, version).await
+            incremental(
+                &mut conn,
+                &incremental_script,
+                &keys,
+                &merged,
+                version,
+                term,
+            )
+            .await
         } else {
             continue;
         };
@@ -212,6 +301,11 @@ async fn run(
                     status.published(v);
                 }
                 dirty = false;
+                merged.clear();
+            }
+            Err(e) if e.code() == Some("FENCED") => {
+                warn!("redis: publication refused ({e}); another instance leads");
+                publishing = Publishing::Stopped;
                 merged.clear();
             }
             Err(e) => {
@@ -239,9 +333,11 @@ fn merge(merged: &mut BTreeMap<(String, String), Option<String>>, changes: Chang
 
 async fn incremental(
     conn: &mut ConnectionManager,
+    script: &redis::Script,
     keys: &Keys,
     merged: &BTreeMap<(String, String), Option<String>>,
     floor: i64,
+    term: i64,
 ) -> redis::RedisResult<i64> {
     let mut by_platform: BTreeMap<&str, serde_json::Map<String, serde_json::Value>> =
         BTreeMap::new();
@@ -252,9 +348,12 @@ async fn incremental(
                 .map_or(serde_json::Value::Null, serde_json::Value::String),
         );
     }
-    let script = redis::Script::new(INCREMENTAL);
     let mut call = script.prepare_invoke();
-    call.key(keys.version()).arg(keys.channel()).arg(floor);
+    call.key(keys.version())
+        .key(keys.term())
+        .arg(keys.channel())
+        .arg(floor)
+        .arg(term);
     let mut message = Vec::new();
     for (platform, changes) in &by_platform {
         call.key(keys.assignment(platform));
@@ -271,21 +370,29 @@ async fn incremental(
 
 async fn republish(
     conn: &mut ConnectionManager,
+    script: &redis::Script,
     view: &View,
     keys: &Keys,
     floor: i64,
+    term: i64,
 ) -> redis::RedisResult<i64> {
-    let script = redis::Script::new(SWAP);
     let mut swap = script.prepare_invoke();
-    swap.key(keys.version()).arg(keys.channel()).arg(floor);
+    swap.key(keys.version())
+        .key(keys.term())
+        .arg(keys.channel())
+        .arg(floor)
+        .arg(term);
     for platform in view.platforms() {
         let live = keys.assignment(&platform);
-        let temp = format!("{live}:republish");
+        // Per term: a stale leader filling its own temporary hash cannot mix into ours (its
+        // swap is fenced, and the leftover expires).
+        let temp = format!("{live}:republish:{term}");
         let mut pipe = redis::pipe();
         pipe.del(&temp).ignore();
         for chunk in view.assignment(&platform).chunks(CHUNK) {
             pipe.hset_multiple(&temp, chunk).ignore();
         }
+        pipe.pexpire(&temp, 60_000).ignore();
         pipe.query_async::<()>(conn).await?;
         swap.key(live).key(temp);
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Batch, Failure, RunRecord, Store, StoreError};
+use super::{Batch, Failure, Fence, RunRecord, Store, StoreError};
 
 #[derive(Clone, Default)]
 pub struct MemoryStore {
@@ -20,6 +20,7 @@ struct State {
     runs: Vec<RunRecord>,
     failing: Option<Failure>,
     commits: usize,
+    term: i64,
 }
 
 impl MemoryStore {
@@ -57,13 +58,25 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
+    async fn commit(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError> {
         let mut state = self.state();
         if let Some(kind) = state.failing {
             return Err(StoreError {
                 kind,
                 message: "the memory store was told to fail".to_owned(),
             });
+        }
+        if let Some(fence) = fence {
+            if fence.term < state.term {
+                return Err(StoreError {
+                    kind: Failure::Fenced,
+                    message: format!(
+                        "term {} is over (term {} has written)",
+                        fence.term, state.term
+                    ),
+                });
+            }
+            state.term = fence.term;
         }
         for w in &batch.writes {
             state
@@ -73,6 +86,10 @@ impl Store for MemoryStore {
         state.runs.extend(batch.runs.iter().cloned());
         state.commits += 1;
         Ok(())
+    }
+
+    async fn current_term(&self) -> Result<i64, StoreError> {
+        Ok(self.state().term)
     }
 
     async fn close(&self) {}

@@ -96,14 +96,30 @@ pub struct ChannelWrite {
     pub assignee: String,
 }
 
+/// A leader's fencing token: its term, and who holds it (for the record and the logs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub term: i64,
+    pub holder: String,
+}
+
 /// What a store offers the engine.
 pub trait Store: Send + Sync + 'static {
     /// Every stored non-empty assignee: (platform, channel, bot).
     fn load_assignments(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send;
-    /// Writes a batch in one transaction: all of it or nothing.
-    fn commit(&self, batch: &Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Writes a batch in one transaction: all of it or nothing. With a `fence`, the
+    /// transaction first raises the stored term to the fence's, and fails with
+    /// [`Failure::Fenced`] (writing nothing) when the stored term is already higher: a newer
+    /// leader has written.
+    fn commit(
+        &self,
+        batch: &Batch,
+        fence: Option<&Fence>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The highest term that has written (0 when none has).
+    fn current_term(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
     fn close(&self) -> impl Future<Output = ()> + Send;
 }
 
@@ -124,6 +140,18 @@ pub enum Failure {
     /// The database refuses the write itself (a column of another type, a missing table):
     /// retrying cannot help until someone fixes the table.
     Rejected,
+    /// A newer leader has written: this instance's term is over and its writes are void.
+    Fenced,
+}
+
+impl Failure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Outage => "outage",
+            Failure::Rejected => "rejected",
+            Failure::Fenced => "fenced",
+        }
+    }
 }
 
 /// The record of one rebalance.
@@ -133,6 +161,8 @@ pub struct RunRecord {
     pub finished_at_ms: i64,
     pub causes: String,
     pub strategy: String,
+    /// The leader's term that planned it (0 without leadership).
+    pub term: i64,
     pub platforms: Vec<PlatformRecord>,
 }
 

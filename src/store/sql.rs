@@ -28,8 +28,11 @@ use sqlx::sqlite::{
 };
 use tracing::info;
 
-use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Store, StoreError};
+use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Fence, Store, StoreError};
 use crate::clock::Clock;
+
+/// PostgreSQL ends a session of ours idle inside a transaction for this long (ms).
+const IDLE_IN_TRANSACTION: &str = "5000";
 
 /// Rows per UPSERT statement (5 parameters each, far below every database's limit).
 const CHUNK: usize = 1000;
@@ -242,10 +245,16 @@ impl SqlStore {
                 Pool::Sqlite(pool)
             }
             DatabaseUrl::Postgres(url) => {
+                // Our transactions never wait for us between statements; one that does
+                // belongs to a paused or dead process and must not keep rows locked (under
+                // leadership it would hold the term row, and the next leader, back).
+                let options = sqlx::postgres::PgConnectOptions::from_str(url.expose())
+                    .map_err(|_| anyhow::anyhow!("{url}: not a valid PostgreSQL URL"))?
+                    .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)]);
                 let pool = PgPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(3))
-                    .connect(url.expose())
+                    .connect_with(options)
                     .await
                     .context("connecting to PostgreSQL")?;
                 sqlx::migrate!("./migrations/postgres")
@@ -347,8 +356,18 @@ impl Store for SqlStore {
         on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await).map_err(store_error)
     }
 
-    async fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
-        let result = self.commit_batch(batch).await.map_err(store_error);
+    async fn commit(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError> {
+        let result = match self.commit_batch(batch, fence).await {
+            Ok(Fenced::No) => Ok(()),
+            Ok(Fenced::Yes { stored }) => Err(StoreError {
+                kind: Failure::Fenced,
+                message: format!(
+                    "term {} is over: term {stored} has written",
+                    fence.map_or(0, |f| f.term)
+                ),
+            }),
+            Err(e) => Err(store_error(e)),
+        };
         if let Err(e) = &result
             && e.kind == Failure::Rejected
         {
@@ -365,9 +384,20 @@ impl Store for SqlStore {
         result
     }
 
+    async fn current_term(&self) -> Result<i64, StoreError> {
+        const SQL: &str = "SELECT term FROM auto_assign_leader WHERE id = 1";
+        on_pool!(self, pool => sqlx::query_scalar(SQL).fetch_one(pool).await).map_err(store_error)
+    }
+
     async fn close(&self) {
         on_pool!(self, pool => pool.close().await)
     }
+}
+
+/// Whether a fenced transaction found a newer term.
+enum Fenced {
+    No,
+    Yes { stored: i64 },
 }
 
 /// An SQL error as a store error: outage (retry) or rejection (the table is not as expected).
@@ -438,8 +468,18 @@ impl InsertedId for PgQueryResult {
 }
 
 impl SqlStore {
-    /// Writes a batch in one transaction.
-    async fn commit_batch(&self, batch: &Batch) -> Result<(), sqlx::Error> {
+    /// Writes a batch in one transaction, fenced by `fence` (see [`Store::commit`]).
+    ///
+    /// The fence is the transaction's first statement: it raises the term row to ours unless
+    /// it is higher. The row stays locked until the commit, so a newer leader's first write
+    /// (which raises the term) waits for this transaction and every later one of ours finds
+    /// the higher term. `commits` changes on every write so MySQL, which counts only rows
+    /// actually changed, reports the row as affected too.
+    async fn commit_batch(
+        &self,
+        batch: &Batch,
+        fence: Option<&Fence>,
+    ) -> Result<Fenced, sqlx::Error> {
         let now_ms = self.clock.unix_ms();
         let layout = *self.layout.lock();
         let head = layout.upsert_head();
@@ -448,6 +488,22 @@ impl SqlStore {
         let returning = layout.backend == Backend::Postgres;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
+            if let Some(fence) = fence {
+                let mut q = QueryBuilder::new("UPDATE auto_assign_leader SET term = ");
+                q.push_bind(fence.term)
+                    .push(", holder = ")
+                    .push_bind(fence.holder.clone())
+                    .push(", commits = commits + 1 WHERE id = 1 AND term <= ")
+                    .push_bind(fence.term);
+                let raised = q.build().execute(&mut *tx).await?.rows_affected();
+                if raised == 0 {
+                    let stored: i64 = sqlx::query_scalar("SELECT term FROM auto_assign_leader WHERE id = 1")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tx.rollback().await?;
+                    return Ok(Fenced::Yes { stored });
+                }
+            }
             for chunk in batch.writes.chunks(CHUNK) {
                 let mut q = QueryBuilder::new(head.as_str());
                 q.push_values(chunk, |mut row, w: &ChannelWrite| {
@@ -473,13 +529,14 @@ impl SqlStore {
                 let channels: i64 = run.platforms.iter().map(|p| p.channels).sum();
                 let mut q = QueryBuilder::new(
                     "INSERT INTO auto_assign_rebalance \
-                     (started_at, finished_at, causes, strategy, channels, moved_forced, moved_voluntary) ",
+                     (started_at, finished_at, causes, strategy, term, channels, moved_forced, moved_voluntary) ",
                 );
                 q.push_values([run], |mut row, run| {
                     row.push_bind(run.started_at_ms)
                         .push_bind(run.finished_at_ms)
                         .push_bind(run.causes.clone())
                         .push_bind(run.strategy.clone())
+                        .push_bind(run.term)
                         .push_bind(channels)
                         .push_bind(forced)
                         .push_bind(voluntary);
@@ -516,7 +573,8 @@ impl SqlStore {
                     q.build().execute(&mut *tx).await?;
                 }
             }
-            tx.commit().await
+            tx.commit().await?;
+            Ok(Fenced::No)
         })
     }
 }
@@ -537,6 +595,8 @@ pub struct HistoryRow {
     pub id: i64,
     pub finished_at_ms: i64,
     pub causes: String,
+    /// The leader's term that planned it (0 without leadership).
+    pub term: i64,
     pub platform: String,
     pub moved_forced: i64,
     pub moved_voluntary: i64,
@@ -548,7 +608,7 @@ pub struct HistoryRow {
 impl SqlStore {
     /// The last `limit` rebalances' per-platform records, newest first.
     pub async fn history(&self, limit: u32) -> Result<Vec<HistoryRow>, StoreError> {
-        const HEAD: &str = "SELECT r.id, r.finished_at AS finished_at_ms, r.causes, p.platform, \
+        const HEAD: &str = "SELECT r.id, r.finished_at AS finished_at_ms, r.causes, r.term, p.platform, \
              p.moved_forced, p.moved_voluntary, p.mean, p.stddev, p.max_load \
              FROM auto_assign_rebalance r \
              JOIN auto_assign_rebalance_platform p ON p.rebalance_id = r.id \
@@ -606,5 +666,46 @@ mod tests {
                 .upsert_tail(7)
                 .contains("ON DUPLICATE KEY UPDATE assignee = VALUES(assignee)")
         );
+    }
+
+    /// A real SQLite file: a term's writes land until a newer term has written; then they
+    /// are refused whole (no row, no history record), and the newer term's go on.
+    #[tokio::test]
+    async fn stale_terms_are_fenced_in_the_database() {
+        let dir = std::env::temp_dir().join(format!("aa-fence-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let url = DatabaseUrl::Sqlite(dir.join("x.db"));
+        let store = SqlStore::connect(&url, Clock::system()).await.unwrap();
+        let fence = |term: i64| Fence {
+            term,
+            holder: format!("i{term}"),
+        };
+        let write = |assignee: &str| Batch {
+            writes: vec![ChannelWrite {
+                platform: "onebot".into(),
+                channel: "1".into(),
+                assignee: assignee.into(),
+            }],
+            runs: vec![],
+        };
+        assert_eq!(store.current_term().await.unwrap(), 0);
+        store.commit(&write("a"), Some(&fence(3))).await.unwrap();
+        store.commit(&write("b"), Some(&fence(3))).await.unwrap();
+        store
+            .commit(&Batch::default(), Some(&fence(4)))
+            .await
+            .unwrap();
+        let e = store
+            .commit(&write("stale"), Some(&fence(3)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, Failure::Fenced);
+        assert_eq!(e.message, "term 3 is over: term 4 has written");
+        let rows = store.load_assignments().await.unwrap();
+        assert_eq!(rows, [("onebot".into(), "1".into(), "b".into())]);
+        store.commit(&write("c"), Some(&fence(4))).await.unwrap();
+        assert_eq!(store.current_term().await.unwrap(), 4);
+        store.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

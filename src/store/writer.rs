@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 
-use super::{Batch, Failure, Pending, Store};
+use super::{Batch, Failure, Fence, Pending, Store};
 use crate::backoff::{Backoff, Jitter};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
@@ -36,6 +36,8 @@ pub struct WriteStatus {
     pub failing_since: Option<SystemTime>,
     /// Commits that succeeded.
     pub commits: u64,
+    /// Commits refused because a newer leader had written (their rows were dropped).
+    pub fenced: u64,
 }
 
 impl WriteStatus {
@@ -52,9 +54,23 @@ pub struct Unwritten {
     pub last_error: Option<String>,
 }
 
+/// Whose writes these are: an instance alone writes unfenced; under leadership only the
+/// leader writes, every transaction fenced by its term (see `leader`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Alone,
+    Leader(Fence),
+    Follower,
+}
+
+enum Job {
+    Batch(Batch),
+    Mode(Mode),
+}
+
 /// The engine's side of the writer.
 pub struct Writer {
-    tx: mpsc::UnboundedSender<Batch>,
+    tx: mpsc::UnboundedSender<Job>,
     status: watch::Receiver<WriteStatus>,
     task: tokio::task::JoinHandle<Unwritten>,
 }
@@ -82,8 +98,14 @@ impl Writer {
     /// Hands a batch over; never waits.
     pub fn submit(&self, batch: Batch) {
         if !batch.is_empty() {
-            let _ = self.tx.send(batch);
+            let _ = self.tx.send(Job::Batch(batch));
         }
+    }
+
+    /// From now on writes as `mode`. Rows pending from an earlier mode are dropped: whoever
+    /// leads now plans from what the database holds.
+    pub fn set_mode(&self, mode: Mode) {
+        let _ = self.tx.send(Job::Mode(mode));
     }
 
     pub fn status(&self) -> watch::Receiver<WriteStatus> {
@@ -99,7 +121,7 @@ impl Writer {
 
 async fn run<S: Store>(
     store: S,
-    mut rx: mpsc::UnboundedReceiver<Batch>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
     status: watch::Sender<WriteStatus>,
     shutdown_timeout: Duration,
     clock: Clock,
@@ -109,26 +131,48 @@ async fn run<S: Store>(
     let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
     let mut retry_at: Option<Instant> = None;
     let mut last_error: Option<String> = None;
+    let mut mode = Mode::Alone;
     loop {
+        let mut take = |job: Job, pending: &mut Pending| match job {
+            Job::Batch(batch) if mode != Mode::Follower => pending.merge(batch),
+            Job::Batch(_) => {}
+            Job::Mode(new) => {
+                if !pending.is_empty() && new != mode {
+                    warn!(
+                        "leadership changed: dropping {} unwritten row(s) and {} history \
+                         record(s) of the previous term (the leader plans from the database)",
+                        pending.rows(),
+                        pending.runs()
+                    );
+                    *pending = Pending::default();
+                }
+                mode = new;
+            }
+        };
         tokio::select! {
-            batch = rx.recv() => match batch {
-                Some(batch) => pending.merge(batch),
+            job = rx.recv() => match job {
+                Some(job) => take(job, &mut pending),
                 None => break,
             },
             _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
                 retry_at = None;
             }
         }
-        while let Ok(batch) = rx.try_recv() {
-            pending.merge(batch);
+        while let Ok(job) = rx.try_recv() {
+            take(job, &mut pending);
         }
         if retry_at.is_some() || pending.is_empty() {
             publish(&status, &pending, None, clock);
             continue;
         }
+        let fence = match &mode {
+            Mode::Leader(fence) => Some(fence),
+            Mode::Alone | Mode::Follower => None,
+        };
         match commit(
             &store,
             &mut pending,
+            fence,
             &status,
             COMMIT_TIMEOUT,
             clock,
@@ -142,6 +186,18 @@ async fn run<S: Store>(
                     info!("database available again: pending rows written");
                 }
                 last_error = None;
+            }
+            Err((Failure::Fenced, message)) => {
+                error!(
+                    "{message}: another instance leads; dropping {} row(s) and {} history \
+                     record(s) of this term, writing nothing more",
+                    pending.rows(),
+                    pending.runs()
+                );
+                pending = Pending::default();
+                mode = Mode::Follower;
+                status.send_modify(|s| s.fenced += 1);
+                publish(&status, &pending, None, clock);
             }
             Err((kind, message)) => {
                 let wait = backoff.fail();
@@ -158,7 +214,7 @@ async fn run<S: Store>(
                         pending.rows(),
                         pending.runs()
                     ),
-                    Failure::Outage => {}
+                    Failure::Outage | Failure::Fenced => {}
                 }
                 last_error = Some(message);
                 retry_at = Some(Instant::now() + wait);
@@ -167,13 +223,22 @@ async fn run<S: Store>(
     }
     // Stopping: a bounded last try.
     let deadline = Instant::now() + shutdown_timeout;
-    while !pending.is_empty() {
+    while !pending.is_empty() && mode != Mode::Follower {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
-        match commit(&store, &mut pending, &status, left, clock, &metrics).await {
+        let fence = match &mode {
+            Mode::Leader(fence) => Some(fence),
+            Mode::Alone | Mode::Follower => None,
+        };
+        match commit(&store, &mut pending, fence, &status, left, clock, &metrics).await {
             Ok(()) => last_error = None,
+            Err((Failure::Fenced, message)) => {
+                error!("{message}: dropping what this term did not write");
+                pending = Pending::default();
+                last_error = None;
+            }
             Err((_, message)) => {
                 last_error = Some(message);
                 let nap = backoff
@@ -190,18 +255,12 @@ async fn run<S: Store>(
     }
 }
 
-fn failure_label(kind: Failure) -> &'static str {
-    match kind {
-        Failure::Outage => "outage",
-        Failure::Rejected => "rejected",
-    }
-}
-
 /// One commit of everything pending, given at most `limit`; on failure the rows go back
 /// (under anything newer).
 async fn commit<S: Store>(
     store: &S,
     pending: &mut Pending,
+    fence: Option<&Fence>,
     status: &watch::Sender<WriteStatus>,
     limit: Duration,
     clock: Clock,
@@ -214,7 +273,7 @@ async fn commit<S: Store>(
         s.pending_runs = batch.runs.len();
     });
     let started = std::time::Instant::now();
-    let committed = match tokio::time::timeout(limit, store.commit(&batch)).await {
+    let committed = match tokio::time::timeout(limit, store.commit(&batch, fence)).await {
         Ok(result) => result,
         Err(_) => Err(super::StoreError {
             kind: Failure::Outage,
@@ -227,7 +286,7 @@ async fn commit<S: Store>(
             .observe(started.elapsed().as_secs_f64()),
         Err(e) => metrics
             .store_commit_failures
-            .with_label_values(&[failure_label(e.kind)])
+            .with_label_values(&[e.kind.as_str()])
             .inc(),
     }
     match committed {
@@ -242,6 +301,7 @@ async fn commit<S: Store>(
             publish(status, pending, None, clock);
             Ok(())
         }
+        Err(e) if e.kind == Failure::Fenced => Err((e.kind, e.message)),
         Err(e) => {
             pending.restore(batch);
             publish(status, pending, Some((e.kind, e.message.clone())), clock);
@@ -290,6 +350,7 @@ mod tests {
                 finished_at_ms: run,
                 causes: "test".into(),
                 strategy: "optimal".into(),
+                term: 0,
                 platforms: vec![],
             }],
         }
@@ -327,6 +388,61 @@ mod tests {
         assert_eq!(runs, [1, 2, 3]);
         assert_eq!(store.commits(), 1, "one transaction for everything merged");
         assert!(writer.finish().await.pending.is_empty());
+    }
+
+    /// Two leaders, one store: once the newer term has written (at once, when it became
+    /// leader), the older term's writes are refused and dropped, and it writes nothing more.
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_term_fences_the_older_one() {
+        let store = MemoryStore::default();
+        let leader = |term: i64| {
+            let writer = Writer::start(
+                store.clone(),
+                Duration::from_secs(1),
+                Clock::system(),
+                Arc::default(),
+            );
+            writer.set_mode(Mode::Leader(Fence {
+                term,
+                holder: format!("instance-{term}"),
+            }));
+            writer
+        };
+        let old = leader(1);
+        let mut old_status = old.status();
+        old.submit(batch(&[("a", "1")], 1));
+        old_status.wait_for(|s| s.commits == 1).await.unwrap();
+        // A new leader writes its term before anything else (see `leader`).
+        let fence = Fence {
+            term: 2,
+            holder: "instance-2".into(),
+        };
+        store.commit(&Batch::default(), Some(&fence)).await.unwrap();
+        let new = leader(2);
+        let mut new_status = new.status();
+        assert_eq!(store.current_term().await.unwrap(), 2);
+        old.submit(batch(&[("a", "stale"), ("b", "stale")], 2));
+        old_status.wait_for(|s| s.fenced == 1).await.unwrap();
+        assert!(
+            old_status.borrow().is_committed(),
+            "the stale rows are dropped"
+        );
+        old.submit(batch(&[("c", "stale")], 3));
+        new.submit(batch(&[("a", "2")], 4));
+        new_status.wait_for(|s| s.commits == 1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let rows = store.rows();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[&("onebot".into(), "a".into())], "2");
+        let runs: Vec<i64> = store.runs().iter().map(|r| r.started_at_ms).collect();
+        assert_eq!(runs, [1, 4]);
+        assert_eq!(
+            old_status.borrow().fenced,
+            1,
+            "a follower does not try again"
+        );
+        assert!(old.finish().await.pending.is_empty());
+        assert!(new.finish().await.pending.is_empty());
     }
 
     /// A stop during an outage tries for the configured time, then reports what is left.
