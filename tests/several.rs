@@ -39,7 +39,7 @@ fn agent() -> ureq::Agent {
     ureq::Agent::new_with_config(
         ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_millis(1500)))
+            .timeout_global(Some(Duration::from_millis(400)))
             .build(),
     )
 }
@@ -53,6 +53,16 @@ fn try_get(url: &str) -> Option<Value> {
 impl Cluster {
     /// `n` instances; instance `i` reaches Redis at `redis_url(i)`.
     fn start(name: &str, n: usize, redis_url: impl Fn(usize) -> String) -> Cluster {
+        Cluster::start_with(name, n, redis_url, "redis")
+    }
+
+    /// With the lease in `lease` (`redis` or `postgres`).
+    fn start_with(
+        name: &str,
+        n: usize,
+        redis_url: impl Fn(usize) -> String,
+        lease: &str,
+    ) -> Cluster {
         let dir = TempDir::new(name);
         dir.write("fleet.yaml", FLEET);
         let pg = Postgres::start();
@@ -75,7 +85,7 @@ database: {{url: \"{}\"}}
 redis: {{url: \"{}\"}}
 sources: {{file: fleet.yaml}}
 api: {{bind: \"127.0.0.1:{port}\"}}
-leadership: {{instance: {name}, leaseTtl: {}}}
+leadership: {{instance: {name}, leaseTtl: {}, lease: {lease}}}
 ",
                     cluster.pg.url(),
                     redis_url(i),
@@ -154,6 +164,11 @@ leadership: {{instance: {name}, leaseTtl: {}}}
 
     fn kill(&mut self, i: usize) {
         self.signal(i, "KILL");
+        self.kill_reaped(i);
+    }
+
+    /// Forgets a killed instance once it has exited.
+    fn kill_reaped(&mut self, i: usize) {
         let mut service = self.instances[i].service.take().unwrap();
         service.wait(WAIT);
     }
@@ -419,8 +434,8 @@ fn a_paused_leader_writes_nothing_after_its_lease() {
         .unwrap_or("0")
         .to_owned();
     println!(
-        "SIGSTOP of the leader mid-commit past its lease: takeover {takeover:?} after the stop \
-         (the old transaction holds the term row until the server ends it); stale writes \
+        "SIGSTOP of the leader mid-commit past its lease: a new leader {takeover:?} after the \
+         stop (its first write waits until the server ends the old transaction); stale writes \
          accepted 0; old leader's fenced commits {fenced}"
     );
 }
@@ -546,5 +561,46 @@ fn three_instances_with_flapping_bots_answer_each_message_once() {
     println!(
         "3 instances, 9 fleet changes, 2 leader kills: 240 messages asked of mixed instances: \
          handled once {once}, twice {twice}, by nobody {nobody}; final term {term}"
+    );
+}
+
+/// `lease: postgres`: the advisory lock elects one leader; a killed leader's session ends at
+/// once and a follower takes over with a higher term, a paused one's after the lease
+/// (`idle_session_timeout`), and nothing moves.
+#[test]
+fn the_postgres_lease_elects_and_hands_over() {
+    let redis = RedisServer::start();
+    let mut cluster = Cluster::start_with("ha-pg", 2, |_| redis.url(), "postgres");
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    // Measured from the kill: the server sees the session end at once.
+    cluster.signal(leader, "KILL");
+    let killed = Instant::now();
+    let (next, next_term) = cluster.wait_leader(term);
+    let after_kill = killed.elapsed();
+    cluster.kill_reaped(leader);
+    assert_ne!(next, leader);
+    assert!(
+        after_kill < TTL + Duration::from_millis(300),
+        "{after_kill:?}"
+    );
+    assert_eq!(cluster.takeover_moves(next_term), 0);
+    cluster.launch(leader);
+    cluster.signal(next, "STOP");
+    let stopped = Instant::now();
+    let (_, paused_term) = cluster.wait_leader(next_term);
+    let after_pause = stopped.elapsed();
+    assert!(after_pause < TTL * 2, "{after_pause:?}");
+    cluster.signal(next, "CONT");
+    eventually("the paused leader follows", WAIT, || {
+        cluster
+            .role(next)
+            .is_some_and(|(role, _)| role == "follower")
+    });
+    assert_eq!(cluster.takeover_moves(paused_term), 0);
+    cluster.wait_settled(&[]);
+    println!(
+        "lease: postgres: SIGKILL → new leader in {after_kill:?} (term {term} → {next_term}); \
+         SIGSTOP → new leader in {after_pause:?} (term {paused_term}); moved 0"
     );
 }
