@@ -421,37 +421,15 @@ impl Engine {
         let Some(followed) = &self.outputs.followed else {
             return;
         };
-        let (index, view) = (&mut self.index, &self.outputs.view);
-        followed.read(|_, published| {
-            let empty = std::collections::BTreeMap::new();
-            let names: std::collections::BTreeSet<String> = published
-                .keys()
-                .cloned()
-                .chain(index.platforms().iter().map(|p| p.name().to_owned()))
-                .collect();
-            for name in names {
-                let channels = published.get(&name).unwrap_or(&empty);
-                let p = index.platform_mut(&name);
-                for c in 0..p.channel_count() as u32 {
-                    let want = channels.get(p.channel_id(c)).map(|bot| p.add_bot(bot));
-                    if p.assignee(c) != want {
-                        p.set_assignee(c, want);
-                    }
-                }
-                for (channel, bot) in channels {
-                    if p.find_channel(channel).is_none() {
-                        let c = p.add_channel(channel);
-                        let b = p.add_bot(bot);
-                        p.set_assignee(c, Some(b));
-                    }
-                }
-                p.take_journal();
-                view.replace(
-                    &name,
-                    channels.iter().map(|(c, b)| (c.as_str(), b.as_str())),
-                );
-            }
+        let published = followed.read(|_, published| {
+            let rows = published.iter().flat_map(|(platform, channels)| {
+                channels
+                    .iter()
+                    .map(|(channel, bot)| (platform.clone(), channel.clone(), bot.clone()))
+            });
+            rows.collect()
         });
+        load_assignment(&mut self.index, &self.outputs.view, published);
     }
 
     /// (Re)arms the periodic rebalance: the cron job if configured, else the interval.
@@ -626,8 +604,9 @@ impl Engine {
     }
 }
 
-/// Makes `stored` (platform, channel, bot) the index's and the view's assignment: every
-/// platform's rows, so a platform enabled later still starts from its stored state.
+/// Makes `stored` (platform, channel, bot) the index's and the view's assignment (what the
+/// database holds, or what the leader published): every platform's rows, so a platform
+/// enabled later still starts from its stored state.
 fn load_assignment(index: &mut FleetIndex, view: &View, stored: Vec<(String, String, String)>) {
     for p in index.platforms_mut() {
         for c in 0..p.channel_count() as u32 {
