@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Db, FLEET, Postgres, RedisServer, Service, TempDir, eventually, fleet_with_offline, free_port,
+    Db, FLEET, Postgres, RedisServer, Service, Sims, TempDir, eventually, fleet_with_offline,
+    free_port,
 };
 
 const TTL: Duration = Duration::from_secs(2);
@@ -53,15 +54,16 @@ fn try_get(url: &str) -> Option<Value> {
 impl Cluster {
     /// `n` instances; instance `i` reaches Redis at `redis_url(i)`.
     fn start(name: &str, n: usize, redis_url: impl Fn(usize) -> String) -> Cluster {
-        Cluster::start_with(name, n, redis_url, "redis")
+        Cluster::start_with(name, n, redis_url, "redis", "sources: {file: fleet.yaml}")
     }
 
-    /// With the lease in `lease` (`redis` or `postgres`).
+    /// With the lease in `lease` (`redis` or `postgres`) and the fleet from `sources`.
     fn start_with(
         name: &str,
         n: usize,
         redis_url: impl Fn(usize) -> String,
         lease: &str,
+        sources: &str,
     ) -> Cluster {
         let dir = TempDir::new(name);
         dir.write("fleet.yaml", FLEET);
@@ -83,7 +85,7 @@ impl Cluster {
 triggerDelays: {{startup: 0, botStatus: 0, botOnline: 0, botOffline: 0, channelJoined: 0, channelLeft: 0}}
 database: {{url: \"{}\"}}
 redis: {{url: \"{}\"}}
-sources: {{file: fleet.yaml}}
+{sources}
 api: {{bind: \"127.0.0.1:{port}\"}}
 leadership: {{instance: {name}, leaseTtl: {}, lease: {lease}}}
 ",
@@ -570,7 +572,13 @@ fn three_instances_with_flapping_bots_answer_each_message_once() {
 #[test]
 fn the_postgres_lease_elects_and_hands_over() {
     let redis = RedisServer::start();
-    let mut cluster = Cluster::start_with("ha-pg", 2, |_| redis.url(), "postgres");
+    let mut cluster = Cluster::start_with(
+        "ha-pg",
+        2,
+        |_| redis.url(),
+        "postgres",
+        "sources: {file: fleet.yaml}",
+    );
     let (leader, term) = cluster.wait_leader(0);
     cluster.wait_settled(&[]);
     // Measured from the kill: the server sees the session end at once.
@@ -603,4 +611,34 @@ fn the_postgres_lease_elects_and_hands_over() {
         "lease: postgres: SIGKILL → new leader in {after_kill:?} (term {term} → {next_term}); \
          SIGSTOP → new leader in {after_pause:?} (term {paused_term}); moved 0"
     );
+}
+
+/// Warm followers: every instance holds its own connection to every OneBot bot (they accept
+/// several clients), so the follower that takes over knows the fleet already: its takeover
+/// moves nothing, and a bot that goes offline afterwards is noticed and planned for at once.
+#[test]
+fn followers_run_the_same_onebot_sources() {
+    let sims = Sims::forward(&[
+        (1001, 100001..=100012),
+        (1002, 100001..=100008),
+        (1003, 100005..=100012),
+    ]);
+    let redis = RedisServer::start();
+    let sources = format!(
+        "sources:\n  onebot:\n    actionTimeout: 2\n    offlineGrace: 1\n    startupWait: 5\n    \
+         connections:\n{}",
+        sims.connections("")
+    );
+    let mut cluster = Cluster::start_with("ha-onebot", 2, |_| redis.url(), "redis", &sources);
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    for bot in &sims.bots {
+        assert_eq!(bot.connections(), 2, "one connection per instance");
+    }
+    cluster.kill(leader);
+    let (_, next_term) = cluster.wait_leader(term);
+    assert_eq!(cluster.takeover_moves(next_term), 0);
+    sims.bot(1003).set_online(false);
+    cluster.wait_settled(&["1003"]);
+    println!("OneBot sources on 2 instances: takeover moved 0; bot 1003 offline → replanned");
 }
