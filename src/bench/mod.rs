@@ -57,6 +57,10 @@ pub struct Args {
     /// With --plan-io: also run this binary (an older build) on the same snapshot.
     #[arg(long, requires = "plan_io")]
     pub baseline: Option<std::path::PathBuf>,
+    /// With --plan-io: the Python that has OR-Tools (`pip install ortools`), to solve the same
+    /// instance with its SimpleMinCostFlow side by side.
+    #[arg(long, requires = "plan_io", default_value = "python3")]
+    pub ortools: std::path::PathBuf,
     /// Instead: one fleet of 10,000,000 channels / 20,000 bots / ~28.5M memberships.
     #[arg(long)]
     pub huge: bool,
@@ -88,7 +92,7 @@ pub fn run(args: &Args) -> bool {
             .is_ok();
     }
     if args.plan_io {
-        return planio::run(args.seed, args.baseline.as_deref())
+        return planio::run(args.seed, args.baseline.as_deref(), &args.ortools)
             .inspect_err(|e| eprintln!("error: {e:#}"))
             .is_ok();
     }

@@ -23,19 +23,33 @@ use crate::index::BotIx;
 const BOTS: usize = 2_000;
 const CHANNELS: usize = 1_000_000;
 
-pub fn run(seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
+pub fn run(seed: u64, baseline: Option<&Path>, ortools: &Path) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("auto-assign-plan-io-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = bench(&dir, seed, baseline);
+    let result = bench(&dir, seed, baseline, ortools);
     std::fs::remove_dir_all(&dir).ok();
     result
 }
 
-fn bench(dir: &Path, seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
+fn bench(dir: &Path, seed: u64, baseline: Option<&Path>, ortools: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
     let input = dir.join("snapshot.json");
+    let instance = dir.join("instance.txt");
     let fleet = fleets::zipf(seed, "plan-io", BOTS, CHANNELS, fleets::REDUNDANT);
-    write_snapshot(&fleet, seed, &input).context("writing the snapshot")?;
+    let previous = previous_assignment(&fleet, seed);
+    write_snapshot(&fleet, &previous, &input).context("writing the snapshot")?;
+    write_instance(&fleet, &previous, &instance).context("writing the flow instance")?;
+    let previous = {
+        let p = fleet.index.platform(PLATFORM).expect("fleet platform");
+        previous
+            .iter()
+            .enumerate()
+            .filter_map(|(c, b)| {
+                let key = |kind: &str| format!("{PLATFORM}:{kind}");
+                b.map(|b| (key(p.channel_id(c as u32)), key(p.bot_id(b))))
+            })
+            .collect::<std::collections::HashMap<String, String>>()
+    };
     drop(fleet);
     let size = std::fs::metadata(&input)?.len();
     println!(
@@ -51,6 +65,7 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
     }
     for strategy in ["greedy", "optimal"] {
         let mut cpus = Vec::new();
+        let mut walls = Vec::new();
         for (label, bin) in &binaries {
             let run = run_plan(bin, strategy, &input, &dir.join("out.json"))
                 .with_context(|| format!("{label} {}", bin.display()))?;
@@ -66,6 +81,7 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
                 println!("      {phase}");
             }
             cpus.push(run.cpu);
+            walls.push(run.wall);
         }
         if let [Some(now), Some(before)] = cpus[..] {
             println!(
@@ -73,8 +89,114 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
                 now / before.max(1e-9)
             );
         }
+        if strategy == "optimal" {
+            let plan_wall = walls[0];
+            side_by_side(ortools, dir, &instance, &previous, plan_wall)?;
+        }
     }
     Ok(())
+}
+
+/// OR-Tools' `SimpleMinCostFlow` on the same instance (`scripts/ortools_mcf.py`), when the
+/// Python at `python` has it: its time next to the whole `plan` process's, and both optima
+/// compared (least Σ load², then fewest moves: equal when both are exact).
+fn side_by_side(
+    python: &Path,
+    dir: &Path,
+    instance: &Path,
+    previous: &std::collections::HashMap<String, String>,
+    plan_wall: Duration,
+) -> anyhow::Result<()> {
+    let has_ortools = Command::new(python)
+        .args(["-c", "import ortools"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_ortools {
+        println!(
+            "  OR-Tools: not measured ({} has no `ortools`; e.g. `python3 -m venv v && \
+             v/bin/pip install ortools`, then `--ortools v/bin/python`)",
+            python.display()
+        );
+        return Ok(());
+    }
+    let script = dir.join("ortools_mcf.py");
+    std::fs::write(&script, include_str!("../../scripts/ortools_mcf.py"))?;
+    let out = Command::new(python).arg(&script).arg(instance).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "ortools_mcf.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let solved =
+        report["build_s"].as_f64().unwrap_or(0.0) + report["solve_s"].as_f64().unwrap_or(0.0);
+    // The plan's own answer, read back from its output.
+    let planned: std::collections::HashMap<String, String> =
+        serde_json::from_slice(&std::fs::read(dir.join("out.json"))?)?;
+    let mut loads: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    for bot in planned.values() {
+        *loads.entry(bot.as_str()).or_default() += 1;
+    }
+    let sum_sq: i64 = loads.values().map(|l| l * l).sum();
+    let moves = planned
+        .iter()
+        .filter(|(c, b)| previous.get(*c) != Some(*b))
+        .count() as i64;
+    let same = report["sum_sq"].as_i64() == Some(sum_sq) && report["moves"].as_i64() == Some(moves);
+    println!(
+        "  OR-Tools SimpleMinCostFlow, same instance ({} arcs): add arcs {:.2} s + solve {:.2} s \
+         = {solved:.2} s ({}); Σ load² {} vs plan's {sum_sq}, moves {} vs {moves} {}",
+        report["arcs"],
+        report["build_s"].as_f64().unwrap_or(0.0),
+        report["solve_s"].as_f64().unwrap_or(0.0),
+        report["status"].as_str().unwrap_or("?"),
+        report["sum_sq"],
+        report["moves"],
+        if same { "✓" } else { "✗ DIFFERENT" }
+    );
+    println!(
+        "  OR-Tools (build + solve) / whole `plan` process (read + plan + write, wall {:.2} s): {:.1}×",
+        plan_wall.as_secs_f64(),
+        solved / plan_wall.as_secs_f64().max(1e-9)
+    );
+    anyhow::ensure!(same, "OR-Tools and the planner disagree on the optimum");
+    Ok(())
+}
+
+/// A uniformly random member of every channel as its previous assignee (some offline, so
+/// some moves are forced), so the planner has real work to do.
+fn previous_assignment(fleet: &Fleet, seed: u64) -> Vec<Option<BotIx>> {
+    let p = fleet.index.platform(PLATFORM).expect("fleet platform");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    (0..p.channel_count() as u32)
+        .map(|c| {
+            let members = p.members(c);
+            (!members.is_empty()).then(|| members[rng.random_range(0..members.len())])
+        })
+        .collect()
+}
+
+/// The instance as the planner sees it once the rules are resolved, for `ortools_mcf.py`:
+/// the bot count, then one line per channel that can be assigned (excluded ones and those
+/// with no online member left out): its previous bot (or -1), then the bots it may go to.
+fn write_instance(fleet: &Fleet, previous: &[Option<BotIx>], path: &Path) -> std::io::Result<()> {
+    let p = fleet.index.platform(PLATFORM).expect("fleet platform");
+    let rules = fleet.rules.resolve(p);
+    let mut out = BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "{}", p.bot_count())?;
+    let mut valid = crate::index::Members::new();
+    for c in 0..p.channel_count() as u32 {
+        rules.valid_bots(p, c, &mut valid);
+        if valid.is_empty() {
+            continue;
+        }
+        write!(out, "{}", previous[c as usize].map_or(-1, i64::from))?;
+        for b in valid.iter() {
+            write!(out, " {b}")?;
+        }
+        writeln!(out)?;
+    }
+    out.flush()
 }
 
 struct Run {
@@ -139,11 +261,13 @@ fn run_plan(bin: &Path, strategy: &str, input: &Path, output: &Path) -> anyhow::
     })
 }
 
-/// The fleet as a snapshot (full keys everywhere), with a uniformly random member of every
-/// channel as its previous assignee, so the planner has real work to do.
-fn write_snapshot(fleet: &Fleet, seed: u64, path: &PathBuf) -> std::io::Result<()> {
+/// The fleet as a snapshot (full keys everywhere) with `previous` as its previous assignment.
+fn write_snapshot(
+    fleet: &Fleet,
+    previous: &[Option<BotIx>],
+    path: &PathBuf,
+) -> std::io::Result<()> {
     let p = fleet.index.platform(PLATFORM).expect("fleet platform");
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
     let mut out = BufWriter::new(std::fs::File::create(path)?);
     out.write_all(b"{\"bots\": [")?;
     for b in 0..p.bot_count() as BotIx {
@@ -188,18 +312,14 @@ fn write_snapshot(fleet: &Fleet, seed: u64, path: &PathBuf) -> std::io::Result<(
     }
     out.write_all(b"],\n\"previous\": {")?;
     let mut first = true;
-    for c in 0..p.channel_count() as u32 {
-        let members = p.members(c);
-        if members.is_empty() {
-            continue;
-        }
-        let b = members[rng.random_range(0..members.len())];
+    for (c, bot) in previous.iter().enumerate() {
+        let Some(b) = *bot else { continue };
         let sep = if first { "\n  " } else { ",\n  " };
         first = false;
         write!(
             out,
             "{sep}\"{PLATFORM}:{}\": \"{PLATFORM}:{}\"",
-            p.channel_id(c),
+            p.channel_id(c as u32),
             p.bot_id(b)
         )?;
     }
