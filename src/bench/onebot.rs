@@ -30,8 +30,10 @@ async fn bench(bots: usize, groups_per_bot: usize, seed: u64) -> anyhow::Result<
     let mut ids: Vec<u64> = (0..pool as u64).map(|g| 300_000_000 + g).collect();
     let mut sims = Vec::with_capacity(bots);
     let mut urls = Vec::with_capacity(bots);
+    let mut channels = std::collections::HashSet::new();
     for i in 0..bots {
         ids.shuffle(&mut rng);
+        channels.extend(ids[..groups_per_bot].iter().copied());
         let bot = SimBot::new(
             2_000_000_001 + i as u64,
             ids[..groups_per_bot].iter().copied(),
@@ -81,11 +83,26 @@ sources:
             .spawn()?,
     );
     let result = async {
-        wait_for_runs(&db, 1, &mut child.0).await?;
-        let to_first = started.elapsed();
-        let (assigned, _, _) = last_run(&db).await?;
-        println!("  start → first assignment committed: {:.2} s ({assigned} channels)", to_first.as_secs_f64());
-
+        // The first run that covers every bot's groups: a first plan that misses a bot whose
+        // report was still on its way to the engine is followed by another (noted).
+        let mut n = 1;
+        loop {
+            wait_for_runs(&db, n, &mut child.0).await?;
+            let (assigned, _, _) = last_run(&db).await?;
+            let to_first = started.elapsed();
+            if assigned as usize == channels.len() {
+                println!(
+                    "  start → first assignment committed: {:.2} s ({assigned} channels)",
+                    to_first.as_secs_f64()
+                );
+                break;
+            }
+            println!(
+                "  (start → a first plan of part of the fleet committed: {:.2} s, {assigned} channels)",
+                to_first.as_secs_f64()
+            );
+            n += 1;
+        }
         // Two bots go offline: one right after the first commit (while the start-up's
         // write is still being checkpointed), one once the service has been idle for a second.
         let mut victims = sims.iter().collect::<Vec<_>>();
