@@ -55,6 +55,11 @@ pub struct Args {
     /// With --plan-io: also run this binary (an older build) on the same snapshot.
     #[arg(long, requires = "plan_io")]
     pub baseline: Option<std::path::PathBuf>,
+    /// With --plan-io: the Python that has OR-Tools (`pip install ortools`), to solve the same
+    /// snapshot with its `SimpleMinCostFlow` side by side (default: $AUTO_ASSIGN_ORTOOLS_PYTHON,
+    /// else `python3`).
+    #[arg(long, requires = "plan_io", value_name = "PYTHON")]
+    pub ortools: Option<std::path::PathBuf>,
     /// Instead: one fleet of 10,000,000 channels / 20,000 bots / ~28.5M memberships.
     #[arg(long)]
     pub huge: bool,
@@ -74,7 +79,7 @@ pub fn run(args: &Args) -> bool {
             .is_ok();
     }
     if args.plan_io {
-        return planio::run(args.seed, args.baseline.as_deref())
+        return planio::run(args.seed, args.baseline.as_deref(), args.ortools.as_deref())
             .inspect_err(|e| eprintln!("error: {e:#}"))
             .is_ok();
     }

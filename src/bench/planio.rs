@@ -23,15 +23,20 @@ use crate::index::BotIx;
 const BOTS: usize = 2_000;
 const CHANNELS: usize = 1_000_000;
 
-pub fn run(seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
+pub fn run(seed: u64, baseline: Option<&Path>, ortools: Option<&Path>) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("auto-assign-plan-io-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = bench(&dir, seed, baseline);
+    let result = bench(&dir, seed, baseline, ortools);
     std::fs::remove_dir_all(&dir).ok();
     result
 }
 
-fn bench(dir: &Path, seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
+fn bench(
+    dir: &Path,
+    seed: u64,
+    baseline: Option<&Path>,
+    ortools: Option<&Path>,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let input = dir.join("snapshot.json");
     let fleet = fleets::zipf(seed, "plan-io", BOTS, CHANNELS, fleets::REDUNDANT);
@@ -65,6 +70,9 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
             for phase in &run.phases {
                 println!("      {phase}");
             }
+            if strategy == "optimal" && *label == "this build" {
+                side_by_side(ortools, &input, &dir.join("out.json"), &run)?;
+            }
             cpus.push(run.cpu);
         }
         if let [Some(now), Some(before)] = cpus[..] {
@@ -74,6 +82,86 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// OR-Tools' `SimpleMinCostFlow` on the same snapshot (`scripts/ortools_mcf.py`): its model
+/// building and solving time against the whole `plan` process, and its Σ load² against the
+/// plan's (they must be equal: both are the exact minimum). Without OR-Tools, says how to get
+/// it and carries on.
+fn side_by_side(
+    python: Option<&Path>,
+    input: &Path,
+    output: &Path,
+    plan: &Run,
+) -> anyhow::Result<()> {
+    let python = python.map_or_else(
+        || {
+            std::env::var_os("AUTO_ASSIGN_ORTOOLS_PYTHON")
+                .map_or_else(|| PathBuf::from("python3"), PathBuf::from)
+        },
+        Path::to_path_buf,
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ortools_mcf.py");
+    let hint = || {
+        println!(
+            "  OR-Tools side by side: skipped ({} has no ortools). To compare: \
+             python3 -m venv target/ortools && target/ortools/bin/pip install ortools, \
+             then --ortools target/ortools/bin/python",
+            python.display()
+        );
+    };
+    let out = match Command::new(&python)
+        .arg(&script)
+        .arg(input)
+        .arg("--assignment")
+        .arg(output)
+        .output()
+    {
+        Ok(out) => out,
+        Err(_) => {
+            hint();
+            return Ok(());
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let answer: serde_json::Value = match stdout.lines().last().map(serde_json::from_str) {
+        Some(Ok(v)) => v,
+        _ => {
+            anyhow::ensure!(
+                out.status.code() != Some(1),
+                "ortools_mcf.py failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            hint();
+            return Ok(());
+        }
+    };
+    if answer.get("error").is_some() {
+        hint();
+        return Ok(());
+    }
+    let seconds = |k: &str| answer[k].as_f64().unwrap_or(f64::NAN);
+    let (build, solve) = (seconds("build_s"), seconds("solve_s"));
+    let (theirs, ours) = (
+        answer["sum_sq"].as_u64(),
+        answer["assignment_sum_sq"].as_u64(),
+    );
+    let equal = theirs.is_some() && theirs == ours;
+    println!(
+        "  OR-Tools SimpleMinCostFlow, same snapshot: build {:.0} ms + solve {:.0} ms = {:.2} s \
+         (snapshot parsing not counted); whole `plan` process {:.2} s wall: {:.1}× faster; \
+         Σ load² {} vs plan {} {}",
+        build * 1e3,
+        solve * 1e3,
+        build + solve,
+        plan.wall.as_secs_f64(),
+        (build + solve) / plan.wall.as_secs_f64(),
+        theirs.map_or("?".to_owned(), |v| v.to_string()),
+        ours.map_or("?".to_owned(), |v| v.to_string()),
+        if equal { "equal ✓" } else { "✗ MISMATCH" },
+    );
+    anyhow::ensure!(equal, "OR-Tools and the plan disagree on the least Σ load²");
     Ok(())
 }
 
