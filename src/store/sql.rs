@@ -416,14 +416,22 @@ impl Store for SqlStore {
     }
 
     async fn close(&self) {
+        on_pool!(self, pool => pool.close().await);
         if let Pool::Sqlite(pool) = &self.pool {
-            // Checkpoints the log into the file and leaves WAL mode; a reader holding the
-            // file open keeps it in WAL mode (the next start checkpoints again).
-            let _ = sqlx::query("PRAGMA journal_mode = DELETE")
-                .execute(pool)
-                .await;
+            // Alone on the file now: back to a rollback journal, so at rest it is a plain
+            // SQLite file. Not waiting for a reader that holds it open (then it stays in WAL
+            // mode, which the next start checkpoints and leaves again).
+            let options = (*pool.connect_options())
+                .clone()
+                .journal_mode(SqliteJournalMode::Delete)
+                .busy_timeout(Duration::ZERO);
+            match sqlx::ConnectOptions::connect(&options).await {
+                Ok(conn) => {
+                    let _ = sqlx::Connection::close(conn).await;
+                }
+                Err(e) => tracing::debug!("SQLite file left in WAL mode: {e}"),
+            }
         }
-        on_pool!(self, pool => pool.close().await)
     }
 }
 
