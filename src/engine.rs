@@ -485,20 +485,23 @@ impl Engine {
             }
         }
         let batch = self.batch(&plan, &causes, started_at_ms, term);
-        let mut published = Vec::with_capacity(batch.writes.len());
-        for w in &batch.writes {
-            let bot = (!w.assignee.is_empty()).then_some(w.assignee.as_str());
-            self.outputs
-                .view
-                .apply(&w.platform, [(w.channel.as_str(), bot)]);
-            published.push((
-                w.platform.clone(),
-                w.channel.clone(),
-                bot.map(str::to_owned),
-            ));
+        // The rows go to the writer first: it commits beside the engine while the view and
+        // the publication take their copies (shared strings: the clone copies no text).
+        self.writer.submit(batch.clone());
+        fn bot(w: &ChannelWrite) -> Option<&str> {
+            (!w.assignee.is_empty()).then_some(&*w.assignee)
+        }
+        // One view update per platform (a plan's rows come grouped by platform).
+        for rows in batch.writes.chunk_by(|a, b| a.platform == b.platform) {
+            let changes = rows.iter().map(|w| (&*w.channel, bot(w)));
+            self.outputs.view.apply(&rows[0].platform, changes);
         }
         if let Some(publisher) = &self.outputs.publisher {
-            publisher.publish(published);
+            let published = batch.writes.iter().map(|w| {
+                let bot = bot(w).map(str::to_owned);
+                (w.platform.to_string(), w.channel.to_string(), bot)
+            });
+            publisher.publish(published.collect());
         }
         self.outputs.view.set_last_run(RunSummary {
             number: self.runs,
@@ -507,7 +510,6 @@ impl Engine {
             moved_forced: plan.platforms.iter().map(|p| p.forced).sum(),
             moved_voluntary: plan.platforms.iter().map(|p| p.voluntary).sum(),
         });
-        self.writer.submit(batch);
         self.forget();
         for p in &plan.platforms {
             if let Some(index) = self.index.platform(&p.platform) {
@@ -571,12 +573,23 @@ impl Engine {
             let Some(index) = self.index.platform(&p.platform) else {
                 continue;
             };
+            // Shared strings: the platform and each bot's id once per plan.
+            let platform: Arc<str> = Arc::from(p.platform.as_str());
+            let none: Arc<str> = Arc::from("");
+            let mut bots: Vec<Option<Arc<str>>> = vec![None; index.bot_count()];
             batch
                 .writes
                 .extend(p.changes.iter().map(|&(c, bot)| ChannelWrite {
-                    platform: p.platform.clone(),
-                    channel: index.channel_id(c).to_owned(),
-                    assignee: bot.map_or_else(String::new, |b| index.bot_id(b).to_owned()),
+                    platform: platform.clone(),
+                    channel: Arc::from(index.channel_id(c)),
+                    assignee: bot.map_or_else(
+                        || none.clone(),
+                        |b| {
+                            bots[b as usize]
+                                .get_or_insert_with(|| Arc::from(index.bot_id(b)))
+                                .clone()
+                        },
+                    ),
                 }));
             let s = &p.stats;
             platforms.push(PlatformRecord {

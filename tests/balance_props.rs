@@ -352,7 +352,7 @@ proptest! {
         f.previous.clear();
         f.rules.exclude.retain(|e| !e.starts_with("discord:"));
         let mut index = build_index(&f);
-        let mut planner = Planner::new(Plan::Optimal);
+        let mut planner = Planner::new(Plan::Optimal).with_small_platform(0);
         let t = truth(&f);
         let plan = planner.plan(&mut index, &f.rules);
         check_plan(&f, &t, &index, &plan);
@@ -430,7 +430,7 @@ fn a_new_bot_joins_incrementally() {
     let channels: Vec<String> = (0..30).map(|c| format!("g{c}")).collect();
     index.bot_online("onebot", "1", &channels);
     index.bot_online("onebot", "2", &channels[..20]);
-    let mut planner = Planner::new(Plan::Optimal);
+    let mut planner = Planner::new(Plan::Optimal).with_small_platform(0);
     let rules = Rules::default();
     planner.plan(&mut index, &rules);
     index.bot_online("onebot", "3", &channels[10..]);
@@ -464,7 +464,7 @@ fn flat_fleet_replans_match_scratch_plans() {
         lists.push(mine);
     }
     let rules = Rules::default();
-    let mut planner = Planner::new(Plan::Optimal);
+    let mut planner = Planner::new(Plan::Optimal).with_small_platform(0);
     planner.plan(&mut index, &rules);
     for b in [3, 7, 3] {
         for online in [false, true] {

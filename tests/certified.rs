@@ -878,7 +878,7 @@ fn check_replans(
 ) -> Result<(), TestCaseError> {
     let rules = f.rules();
     let mut index = f.index();
-    let mut planner = Planner::new(OPTIMAL);
+    let mut planner = Planner::new(OPTIMAL).with_small_platform(0);
     for round in 0..=batches {
         if round > 0 {
             events(&mut f, &mut index);

@@ -158,6 +158,9 @@ pub fn plan(index: &FleetIndex, rules: &Rules, strategy: Strategy) -> Plan {
     }
 }
 
+/// Channels up to which the optimal strategy plans a platform from scratch every time.
+const SMALL_PLATFORM: usize = 4096;
+
 /// What a strategy decided for one platform.
 pub(crate) enum Outcome {
     /// Every channel's new assignee (excluded channels: anything, they are left alone).
@@ -177,6 +180,8 @@ pub struct Planner {
     strategy: Strategy,
     rules: Option<Rules>,
     states: FxHashMap<String, Remembered>,
+    /// Platforms with at most this many channels are planned from scratch every time.
+    small_platform: usize,
 }
 
 /// What the planner keeps per platform between plans.
@@ -198,7 +203,16 @@ impl Planner {
             strategy,
             rules: None,
             states: FxHashMap::default(),
+            small_platform: SMALL_PLATFORM,
         }
+    }
+
+    /// Plans platforms of at most `channels` channels from scratch every time (by default
+    /// 4,096); 0 re-plans every platform incrementally, as the tests of the incremental path
+    /// on small fleets need.
+    pub fn with_small_platform(mut self, channels: usize) -> Self {
+        self.small_platform = channels;
+        self
     }
 
     pub fn strategy(&self) -> Strategy {
@@ -246,6 +260,13 @@ impl Planner {
             } = remembered;
             let outcome = match self.strategy {
                 Strategy::Greedy => Outcome::Full(greedy::assign(p, &resolved)),
+                // A small platform is planned from scratch every time, keeping no state:
+                // there a full plan costs a few hundredths of a millisecond, and keeping the
+                // state for an incremental re-plan costs as much as the re-plan saves.
+                Strategy::Optimal if p.channel_count() <= self.small_platform => {
+                    state = None;
+                    Outcome::Full(optimal::State::build(p, &resolved, false).1)
+                }
                 Strategy::Optimal => {
                     let incremental = state
                         .as_mut()
@@ -421,18 +442,20 @@ mod tests {
     #[test]
     fn restart_with_an_optimal_previous_moves_nothing() {
         let mut index = plugin_example(true);
-        let mut planner = Planner::new(Strategy::Optimal);
+        let mut planner = Planner::new(Strategy::Optimal).with_small_platform(0);
         let first = planner.plan(&mut index, &Rules::default());
         assert_eq!(first.platforms[0].changes.len(), 288);
         // A fresh planner sees the applied assignment as the previous one.
-        let again = Planner::new(Strategy::Optimal).plan(&mut index, &Rules::default());
+        let again = Planner::new(Strategy::Optimal)
+            .with_small_platform(0)
+            .plan(&mut index, &Rules::default());
         assert!(again.platforms[0].changes.is_empty());
     }
 
     #[test]
     fn a_bot_going_offline_moves_only_its_channels() {
         let mut index = plugin_example(false);
-        let mut planner = Planner::new(Strategy::Optimal);
+        let mut planner = Planner::new(Strategy::Optimal).with_small_platform(0);
         planner.plan(&mut index, &Rules::default());
         index.bot_offline("onebot", "1002");
         let plan = planner.plan(&mut index, &Rules::default());
@@ -467,7 +490,7 @@ mod tests {
             p.set_assignee(c, Some(b0));
         }
         p.take_journal();
-        let mut planner = Planner::new(Strategy::Optimal);
+        let mut planner = Planner::new(Strategy::Optimal).with_small_platform(0);
         let first = planner.plan(&mut index, &Rules::default());
         let p = index.platform("onebot").unwrap();
         let (g0, g1, g2) = (

@@ -10,7 +10,6 @@
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -142,91 +141,146 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         )
     })
     .await?;
-    println!("  raw SET NX EX (same client, same redis):      {raw:>9.0} /s");
     println!(
-        "  claims straight to redis (SET NX via claims): {direct:>9.0} /s   = {:.2}× raw",
-        direct / raw
+        "  raw SET NX EX (same client, same redis):      {:>9.0} /s            {}",
+        raw.per_s,
+        raw.latency()
     );
-    println!(
-        "  ingress decisions over HTTP, assigned group:  {assigned:>9.0} /s   = {:.2}× raw",
-        assigned / raw
-    );
-    println!(
-        "  ingress decisions over HTTP, claim fallback:  {fallback:>9.0} /s   = {:.2}× raw",
-        fallback / raw
-    );
+    let line = |what: &str, r: Rate| {
+        println!(
+            "  {what:<45}{:>9.0} /s   = {:.2}× raw   {}",
+            r.per_s,
+            r.per_s / raw.per_s,
+            r.latency()
+        );
+    };
+    line("claims straight to redis (SET NX via claims):", direct);
+    line("ingress decisions over HTTP, assigned group:", assigned);
+    line("ingress decisions over HTTP, claim fallback:", fallback);
     let (upstream, respecting) =
         tokio::task::spawn_blocking(super::federate::owner_decisions).await?;
     let (claimed, one_winner) =
         super::federate::two_deployment_claims(&redis, CLIENTS, DURATION).await;
     anyhow::ensure!(one_winner, "a message had two federate winners or none");
     println!("federate (10 peers, 10,000 present groups each; one core):");
-    println!("  group-owner decisions:                        {upstream:>9.0} /s");
     println!(
-        "  group-owner decisions with respectAssignment: {respecting:>9.0} /s   = {:.2}× upstream",
-        respecting / upstream
+        "  group-owner decisions:                        {:>9.0} /s            {}",
+        upstream.per_s,
+        upstream.latency()
     );
     println!(
-        "  messages claimed by two deployments at once:  {claimed:>9.0} /s   = {:.2}× raw ({:.0} claims/s, one winner each)",
-        claimed / raw,
-        2.0 * claimed
+        "  group-owner decisions with respectAssignment: {:>9.0} /s   = {:.2}× upstream   {}",
+        respecting.per_s,
+        respecting.per_s / upstream.per_s,
+        respecting.latency()
+    );
+    println!(
+        "  messages claimed by two deployments at once:  {:>9.0} /s   = {:.2}× raw ({:.0} claims/s, one winner each)   {}",
+        claimed.per_s,
+        claimed.per_s / raw.per_s,
+        2.0 * claimed.per_s,
+        claimed.latency()
     );
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
-/// Runs `op(client, n)` on `CLIENTS` concurrent tasks for `DURATION`; returns operations/s.
-async fn measure<F, Fut>(op: F) -> f64
+/// Operations per second, and the latency of single operations: every operation is timed
+/// and the samples sorted, so the percentiles are exact (no histogram buckets).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rate {
+    pub per_s: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+impl Rate {
+    /// From per-operation latencies in nanoseconds, over `elapsed`.
+    pub(super) fn new(mut samples: Vec<u64>, elapsed: Duration) -> Rate {
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len().max(1)) - 1;
+            Duration::from_nanos(samples.get(i).copied().unwrap_or(0))
+        };
+        Rate {
+            per_s: samples.len() as f64 / elapsed.as_secs_f64(),
+            p50: at(0.50),
+            p99: at(0.99),
+        }
+    }
+
+    /// `p50 12 µs, p99 85 µs`.
+    pub(super) fn latency(&self) -> String {
+        let us = |d: Duration| {
+            let us = d.as_secs_f64() * 1e6;
+            if us < 10.0 {
+                format!("{us:.1} µs")
+            } else {
+                format!("{us:.0} µs")
+            }
+        };
+        format!("p50 {:>7}, p99 {:>7}", us(self.p50), us(self.p99))
+    }
+}
+
+/// Runs `op(client, n)` on `CLIENTS` concurrent tasks for `DURATION`.
+async fn measure<F, Fut>(op: F) -> Rate
 where
     F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
-    let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..CLIENTS {
-        let (op, done) = (op.clone(), done.clone());
+        let op = op.clone();
         tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::with_capacity(1 << 16);
             let mut n = 0u64;
             while start.elapsed() < DURATION {
+                let began = Instant::now();
                 op(i, n).await;
+                samples.push(began.elapsed().as_nanos() as u64);
                 n += 1;
-                done.fetch_add(1, Ordering::Relaxed);
             }
+            samples
         }));
     }
+    let mut samples = Vec::new();
     for t in tasks {
-        let _ = t.await;
+        samples.extend(t.await.unwrap_or_default());
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    Rate::new(samples, start.elapsed())
 }
 
 async fn measure_http(
     port: u16,
     body: impl Fn(usize, u64) -> String + Clone + Send + Sync + 'static,
-) -> anyhow::Result<f64> {
-    let done = Arc::new(AtomicU64::new(0));
+) -> anyhow::Result<Rate> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..CLIENTS {
-        let (body, done) = (body.clone(), done.clone());
+        let body = body.clone();
         tasks.push(tokio::spawn(async move {
             let mut client = Client::connect(port).await?;
+            let mut samples = Vec::with_capacity(1 << 16);
             let mut n = 0u64;
             while start.elapsed() < DURATION {
-                let answer = client.request("POST", "/v1/ingress", &body(i, n)).await?;
+                let request = body(i, n);
+                let began = Instant::now();
+                let answer = client.request("POST", "/v1/ingress", &request).await?;
+                samples.push(began.elapsed().as_nanos() as u64);
                 anyhow::ensure!(answer.contains("\"handle\""), "unexpected answer {answer}");
                 n += 1;
-                done.fetch_add(1, Ordering::Relaxed);
             }
-            anyhow::Ok(())
+            anyhow::Ok(samples)
         }));
     }
+    let mut samples = Vec::new();
     for t in tasks {
-        t.await??;
+        samples.extend(t.await??);
     }
-    Ok(done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+    Ok(Rate::new(samples, start.elapsed()))
 }
 
 /// A minimal keep-alive HTTP/1.1 client: enough for a benchmark against our own API.

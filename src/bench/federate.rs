@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::coord::Rate;
+
 use indexmap::IndexMap;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,7 +24,7 @@ const OWNER_RUN: Duration = Duration::from_secs(2);
 const TEXTS: [&str; 4] = ["牛牛帮助", "/牛牛唱歌 晴天", "随便聊聊", "牛牛塔罗牌"];
 
 /// (decisions/s upstream, decisions/s with respectAssignment).
-pub fn owner_decisions() -> (f64, f64) {
+pub fn owner_decisions() -> (Rate, Rate) {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let mut peers = BTreeMap::new();
     for p in 0..PEERS {
@@ -65,8 +67,10 @@ pub fn owner_decisions() -> (f64, f64) {
         let start = Instant::now();
         let mut n: u64 = 0;
         let mut owned_here = 0u64;
+        let mut samples = Vec::with_capacity(1 << 20);
         while start.elapsed() < OWNER_RUN {
             for _ in 0..1000 {
+                let began = Instant::now();
                 let group = 1 + (n.wrapping_mul(2_654_435_761) % GROUPS as u64) as i64;
                 let text = TEXTS[(n % 4) as usize];
                 let now = 1_786_000_000.0 + (n % 100_000) as f64;
@@ -75,47 +79,51 @@ pub fn owner_decisions() -> (f64, f64) {
                     local.respect_assignment(&mut o, &peers, group, &mine_assigned, now);
                 }
                 owned_here += u64::from(o.should_process);
+                samples.push(began.elapsed().as_nanos() as u64);
                 n += 1;
             }
         }
-        std::hint::black_box(owned_here);
-        n as f64 / start.elapsed().as_secs_f64()
+        std::hint::black_box((owned_here, n));
+        Rate::new(samples, start.elapsed())
     };
     (run(false), run(true))
 }
 
 /// Messages/s when two deployments claim every message concurrently (`clients` messages in
 /// flight), and whether each had exactly one winner.
-pub async fn two_deployment_claims(redis: &Redis, clients: usize, run: Duration) -> (f64, bool) {
+pub async fn two_deployment_claims(redis: &Redis, clients: usize, run: Duration) -> (Rate, bool) {
     let prefix = format!("bench:fed:{}", std::process::id());
     let a = Arc::new(IngressClaims::new(redis.clone(), &prefix, "dep-a", 86_400));
     let b = Arc::new(IngressClaims::new(redis.clone(), &prefix, "dep-b", 86_400));
-    let done = Arc::new(AtomicU64::new(0));
     let doubled = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let (a, b, done, doubled) = (a.clone(), b.clone(), done.clone(), doubled.clone());
+        let (a, b, doubled) = (a.clone(), b.clone(), doubled.clone());
         tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::with_capacity(1 << 16);
             let mut n = 0u64;
             while start.elapsed() < run {
+                let began = Instant::now();
                 let key = (client as u64) << 40 | n;
                 let group = 1 + (n % 3000) as i64;
                 let (wa, wb) = tokio::join!(
                     a.claim(PLUGIN, group, key, "bench"),
                     b.claim(PLUGIN, group, key, "bench")
                 );
+                samples.push(began.elapsed().as_nanos() as u64);
                 if wa.won() == wb.won() {
                     doubled.fetch_add(1, Ordering::Relaxed);
                 }
                 n += 1;
-                done.fetch_add(1, Ordering::Relaxed);
             }
+            samples
         }));
     }
+    let mut samples = Vec::new();
     for t in tasks {
-        let _ = t.await;
+        samples.extend(t.await.unwrap_or_default());
     }
-    let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let rate = Rate::new(samples, start.elapsed());
     (rate, doubled.load(Ordering::Relaxed) == 0)
 }

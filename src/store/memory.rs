@@ -79,9 +79,10 @@ impl Store for MemoryStore {
             state.term = fence.term;
         }
         for w in &batch.writes {
-            state
-                .rows
-                .insert((w.platform.clone(), w.channel.clone()), w.assignee.clone());
+            state.rows.insert(
+                (w.platform.to_string(), w.channel.to_string()),
+                w.assignee.to_string(),
+            );
         }
         state.runs.extend(batch.runs.iter().cloned());
         state.commits += 1;

@@ -11,7 +11,9 @@ mod memory;
 pub mod sql;
 pub mod writer;
 
+use std::hash::BuildHasher as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 pub use sql::SqlStore;
@@ -87,13 +89,14 @@ impl<'de> Deserialize<'de> for DatabaseUrl {
     }
 }
 
-/// One channel row to write.
+/// One channel row to write. Shared strings: a plan's rows share their platform and their
+/// bots' ids, and binding them to a statement copies no text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChannelWrite {
-    pub platform: String,
-    pub channel: String,
+    pub platform: Arc<str>,
+    pub channel: Arc<str>,
     /// The bot's id (Koishi's `selfId`), or `""` for a channel with no valid bot.
-    pub assignee: String,
+    pub assignee: Arc<str>,
 }
 
 /// A leader's fencing token: its term, and who holds it (for the record and the logs).
@@ -196,11 +199,19 @@ impl Batch {
 
 /// Writes not committed yet: the last assignee of each channel, and every history record, in
 /// order. Merging keeps only the latest value of a row, so an outage costs memory in the
-/// number of channels, not of plans.
+/// number of channels, not of plans. A batch merged into nothing pending is kept as it is (a
+/// plan's rows are distinct): the row table is built only when a second batch arrives.
 #[derive(Debug, Default)]
 pub struct Pending {
-    writes: std::collections::BTreeMap<(String, String), String>,
+    /// Each (platform, channel) at most once.
+    writes: Vec<ChannelWrite>,
+    /// Positions in `writes` by (platform, channel); empty until a second batch is merged.
+    rows: hashbrown::HashTable<usize>,
     runs: Vec<RunRecord>,
+}
+
+fn row_hash(platform: &str, channel: &str) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one((platform, channel))
 }
 
 impl Pending {
@@ -218,45 +229,107 @@ impl Pending {
 
     /// Adds a later batch: its rows replace earlier values of the same rows.
     pub fn merge(&mut self, batch: Batch) {
-        for w in batch.writes {
-            self.writes.insert((w.platform, w.channel), w.assignee);
+        if self.writes.is_empty() {
+            self.writes = batch.writes;
+            self.rows.clear();
+        } else {
+            if self.rows.is_empty() {
+                self.index_rows();
+            }
+            for w in batch.writes {
+                self.upsert(w);
+            }
         }
         self.runs.extend(batch.runs);
+    }
+
+    fn index_rows(&mut self) {
+        self.rows.clear();
+        self.rows.reserve(self.writes.len(), |_| 0);
+        for i in 0..self.writes.len() {
+            let w = &self.writes[i];
+            let hash = row_hash(&w.platform, &w.channel);
+            let writes = &self.writes;
+            match self.rows.entry(
+                hash,
+                |&j| writes[j].platform == w.platform && writes[j].channel == w.channel,
+                |&j| row_hash(&writes[j].platform, &writes[j].channel),
+            ) {
+                // Only `restore` can put a row in twice; the later one (higher index) wins.
+                hashbrown::hash_table::Entry::Occupied(mut e) => *e.get_mut() = i,
+                hashbrown::hash_table::Entry::Vacant(e) => {
+                    e.insert(i);
+                }
+            }
+        }
+        if self.rows.len() < self.writes.len() {
+            // Drop the rows a later one replaced, and index again.
+            let keep: Vec<bool> = {
+                let mut keep = vec![false; self.writes.len()];
+                for &i in &self.rows {
+                    keep[i] = true;
+                }
+                keep
+            };
+            let mut i = 0;
+            self.writes.retain(|_| {
+                i += 1;
+                keep[i - 1]
+            });
+            self.index_rows();
+        }
+    }
+
+    fn upsert(&mut self, w: ChannelWrite) {
+        let hash = row_hash(&w.platform, &w.channel);
+        let writes = &mut self.writes;
+        match self.rows.entry(
+            hash,
+            |&j| writes[j].platform == w.platform && writes[j].channel == w.channel,
+            |&j| row_hash(&writes[j].platform, &writes[j].channel),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(e) => writes[*e.get()].assignee = w.assignee,
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert(writes.len());
+                writes.push(w);
+            }
+        }
     }
 
     /// Puts back a batch taken earlier under anything merged since (which is newer).
     pub fn restore(&mut self, batch: Batch) {
         let newer = std::mem::take(self);
         self.merge(batch);
-        self.writes.extend(newer.writes);
+        self.merge(Batch {
+            writes: newer.writes,
+            runs: Vec::new(),
+        });
         self.runs.extend(newer.runs);
     }
 
     pub fn take(&mut self) -> Batch {
         let pending = std::mem::take(self);
         Batch {
-            writes: pending
-                .writes
-                .into_iter()
-                .map(|((platform, channel), assignee)| ChannelWrite {
-                    platform,
-                    channel,
-                    assignee,
-                })
-                .collect(),
+            writes: pending.writes,
             runs: pending.runs,
         }
     }
 
-    /// `onebot:100001 → 1002, onebot:100002 → (none), …`: the first `n` rows, for a report.
+    /// `onebot:100001 → 1002, onebot:100002 → (none), …`: the first `n` rows in order of
+    /// platform and channel, for a report.
     pub fn describe_rows(&self, n: usize) -> String {
-        let mut shown: Vec<String> = self
-            .writes
+        let mut sorted: Vec<&ChannelWrite> = self.writes.iter().collect();
+        sorted.sort_unstable_by(|a, b| (&a.platform, &a.channel).cmp(&(&b.platform, &b.channel)));
+        let mut shown: Vec<String> = sorted
             .iter()
             .take(n)
-            .map(|((p, c), a)| {
-                let a = if a.is_empty() { "(none)" } else { a.as_str() };
-                format!("{p}:{c} → {a}")
+            .map(|w| {
+                let a = if w.assignee.is_empty() {
+                    "(none)"
+                } else {
+                    &*w.assignee
+                };
+                format!("{}:{} → {a}", w.platform, w.channel)
             })
             .collect();
         if self.writes.len() > n {

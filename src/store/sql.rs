@@ -15,7 +15,7 @@
 
 use std::str::FromStr as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -25,6 +25,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlQueryRe
 use sqlx::postgres::{PgPool, PgPoolOptions, PgQueryResult};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteQueryResult,
+    SqliteSynchronous,
 };
 use tracing::info;
 
@@ -34,8 +35,19 @@ use crate::clock::Clock;
 /// PostgreSQL ends a session of ours idle inside a transaction for this long (ms).
 const IDLE_IN_TRANSACTION: &str = "5000";
 
-/// Rows per UPSERT statement (5 parameters each, far below every database's limit).
-const CHUNK: usize = 1000;
+/// Parameters each row of a multi-row UPSERT binds.
+const BINDS_PER_ROW: usize = 5;
+
+/// Rows per multi-row UPSERT: as many as the database takes parameters in one statement
+/// (SQLite's `SQLITE_MAX_VARIABLE_NUMBER`, 32,766 since 3.32; MySQL's 65,535 placeholders).
+/// PostgreSQL binds whole columns as arrays (`UNNEST`), so its statements take far more.
+fn rows_per_statement(backend: Backend) -> usize {
+    match backend {
+        Backend::Sqlite => 32_766 / BINDS_PER_ROW,
+        Backend::Mysql => 65_535 / BINDS_PER_ROW,
+        Backend::Postgres => 100_000,
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct SqlStore {
@@ -46,6 +58,8 @@ pub struct SqlStore {
     mtime_counter: Arc<AtomicU8>,
     /// `createdAt` of new rows, and `_pg_mtime`.
     clock: Clock,
+    /// SQLite: a checkpoint of the write-ahead log is running beside the writer.
+    checkpointing: Arc<AtomicBool>,
 }
 
 #[derive(Clone, Debug)]
@@ -226,15 +240,25 @@ impl SqlStore {
                     std::fs::create_dir_all(dir)
                         .with_context(|| format!("creating {}", dir.display()))?;
                 }
-                // Rollback journal, never WAL: safe even if someone points this at a file
-                // another SQLite user reads (see the README's warning).
+                // One writer (this service): write-ahead log, synced at checkpoints rather
+                // than at every commit (`synchronous = NORMAL`: a commit survives a crash of
+                // the process, and a power loss can only lose the last commits, never corrupt
+                // the file). On a clean stop the file goes back to a rollback journal
+                // (`close`), so at rest it is a plain SQLite file for any other reader.
                 let options = SqliteConnectOptions::new()
                     .filename(path)
                     .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Delete)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    // Checkpoints run after each commit on the second connection
+                    // (`checkpoint`), not inside the next commit.
+                    .pragma("wal_autocheckpoint", "0")
+                    // Up to 64 MiB of pages (SQLite's default is 2 MiB): a rebalance's rows
+                    // are spread over the whole table.
+                    .pragma("cache_size", "-65536")
                     .busy_timeout(Duration::from_secs(5));
                 let pool = SqlitePoolOptions::new()
-                    .max_connections(1)
+                    .max_connections(2)
                     .connect_with(options)
                     .await
                     .with_context(|| format!("opening SQLite database {}", path.display()))?;
@@ -292,6 +316,7 @@ impl SqlStore {
             layout: Arc::new(Mutex::new(Layout::koishi(Backend::Sqlite))),
             mtime_counter: Arc::default(),
             clock,
+            checkpointing: Arc::default(),
         };
         let layout = store
             .read_layout()
@@ -300,6 +325,28 @@ impl SqlStore {
         info!("channel table layout: {layout:?}");
         *store.layout.lock() = layout;
         Ok(store)
+    }
+
+    /// SQLite: copies the write-ahead log into the file on the pool's other connection, beside
+    /// the writer (a passive checkpoint never blocks a commit), so the next commit does not
+    /// pay for the last one's pages; at most one at a time.
+    fn checkpoint(&self) {
+        let Pool::Sqlite(pool) = &self.pool else {
+            return;
+        };
+        if self.checkpointing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (pool, running) = (pool.clone(), self.checkpointing.clone());
+        tokio::spawn(async move {
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&pool)
+                .await
+            {
+                tracing::debug!("SQLite checkpoint: {e}");
+            }
+            running.store(false, Ordering::Release);
+        });
     }
 
     fn backend(&self) -> Backend {
@@ -368,6 +415,9 @@ impl Store for SqlStore {
             }),
             Err(e) => Err(store_error(e)),
         };
+        if result.is_ok() {
+            self.checkpoint();
+        }
         if let Err(e) = &result
             && e.kind == Failure::Rejected
         {
@@ -390,14 +440,23 @@ impl Store for SqlStore {
     }
 
     async fn close(&self) {
-        on_pool!(self, pool => pool.close().await)
+        on_pool!(self, pool => pool.close().await);
+        if let Pool::Sqlite(pool) = &self.pool {
+            // Alone on the file now: back to a rollback journal, so at rest it is a plain
+            // SQLite file. Not waiting for a reader that holds it open (then it stays in WAL
+            // mode, which the next start checkpoints and leaves again).
+            let options = (*pool.connect_options())
+                .clone()
+                .journal_mode(SqliteJournalMode::Delete)
+                .busy_timeout(Duration::ZERO);
+            match sqlx::ConnectOptions::connect(&options).await {
+                Ok(conn) => {
+                    let _ = sqlx::Connection::close(conn).await;
+                }
+                Err(e) => tracing::debug!("SQLite file left in WAL mode: {e}"),
+            }
+        }
     }
-}
-
-/// Whether a fenced transaction found a newer term.
-enum Fenced {
-    No,
-    Yes { stored: i64 },
 }
 
 /// An SQL error as a store error: outage (retry) or rejection (the table is not as expected).
@@ -468,7 +527,9 @@ impl InsertedId for PgQueryResult {
 }
 
 impl SqlStore {
-    /// Writes a batch in one transaction, fenced by `fence` (see [`Store::commit`]).
+    /// Writes a batch in one transaction, fenced by `fence` (see [`Store::commit`]): the
+    /// channel rows as multi-row UPSERTs (on PostgreSQL one `INSERT ... SELECT FROM UNNEST` of
+    /// column arrays per statement), then the history records.
     ///
     /// The fence is the transaction's first statement: it raises the term row to ours unless
     /// it is higher. The row stays locked until the commit, so a newer leader's first write
@@ -486,106 +547,175 @@ impl SqlStore {
         let list = layout.empty_list();
         let (created_before, created_after) = layout.created_at();
         let returning = layout.backend == Backend::Postgres;
-        on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            if let Some(fence) = fence {
-                let mut q = QueryBuilder::new("UPDATE auto_assign_leader SET term = ");
-                q.push_bind(fence.term)
-                    .push(", holder = ")
-                    .push_bind(fence.holder.clone())
-                    .push(", commits = commits + 1 WHERE id = 1 AND term <= ")
-                    .push_bind(fence.term);
-                let raised = q.build().execute(&mut *tx).await?.rows_affected();
-                if raised == 0 {
-                    let stored: i64 = sqlx::query_scalar("SELECT term FROM auto_assign_leader WHERE id = 1")
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    tx.rollback().await?;
-                    return Ok(Fenced::Yes { stored });
+        let per_statement = rows_per_statement(layout.backend);
+        // Binding shared strings copies no text (SQLite keeps the `Arc`).
+        let empty: Arc<str> = Arc::from("");
+        // In key order: every insert lands next to the previous one in the primary key's
+        // B-tree, instead of at random pages (which spill the page cache on a large batch).
+        let mut rows: Vec<&ChannelWrite> = batch.writes.iter().collect();
+        rows.sort_unstable_by(|a, b| (&*a.channel, &*a.platform).cmp(&(&*b.channel, &*b.platform)));
+        // The same code for SQLite and MySQL: `VALUES (...), (...)` with bound parameters.
+        macro_rules! values {
+            ($tx:ident) => {
+                for chunk in rows.chunks(per_statement) {
+                    let mut q = QueryBuilder::new(head.as_str());
+                    q.push_values(chunk, |mut row, w: &&ChannelWrite| {
+                        row.push_bind(w.channel.clone())
+                            .push_bind(w.platform.clone())
+                            .push("0")
+                            .push_bind(w.assignee.clone())
+                            .push_bind(guild_id(w, &empty))
+                            .push(list)
+                            .push(list)
+                            .push(created_before)
+                            .push_bind_unseparated(now_ms)
+                            .push_unseparated(created_after);
+                    });
+                    q.push(layout.upsert_tail(self.next_pg_mtime(now_ms)));
+                    // A full statement's text is the same every time: prepared once and
+                    // kept. The last, shorter one of a batch varies and is not kept.
+                    let full = chunk.len() == per_statement;
+                    q.build().persistent(full).execute(&mut *$tx).await?;
                 }
-            }
-            for chunk in batch.writes.chunks(CHUNK) {
-                let mut q = QueryBuilder::new(head.as_str());
-                q.push_values(chunk, |mut row, w: &ChannelWrite| {
-                    row.push_bind(w.channel.clone())
-                        .push_bind(w.platform.clone())
-                        .push("0")
-                        .push_bind(w.assignee.clone())
-                        .push_bind(guild_id(w))
-                        .push(list)
-                        .push(list)
-                        .push(created_before)
-                        .push_bind_unseparated(now_ms)
-                        .push_unseparated(created_after);
-                });
-                q.push(layout.upsert_tail(self.next_pg_mtime(now_ms)));
-                // Not cached: the statement text varies with the chunk size, and a cache of
-                // thousand-row statements costs megabytes.
-                q.build().persistent(false).execute(&mut *tx).await?;
-            }
-            for run in &batch.runs {
-                let forced: i64 = run.platforms.iter().map(|p| p.forced).sum();
-                let voluntary: i64 = run.platforms.iter().map(|p| p.voluntary).sum();
-                let channels: i64 = run.platforms.iter().map(|p| p.channels).sum();
-                let mut q = QueryBuilder::new(
-                    "INSERT INTO auto_assign_rebalance \
-                     (started_at, finished_at, causes, strategy, term, channels, moved_forced, moved_voluntary) ",
-                );
-                q.push_values([run], |mut row, run| {
-                    row.push_bind(run.started_at_ms)
-                        .push_bind(run.finished_at_ms)
-                        .push_bind(run.causes.clone())
-                        .push_bind(run.strategy.clone())
-                        .push_bind(run.term)
-                        .push_bind(channels)
-                        .push_bind(forced)
-                        .push_bind(voluntary);
-                });
-                let id: i64 = if returning {
-                    q.push(" RETURNING id");
-                    q.build_query_scalar().fetch_one(&mut *tx).await?
-                } else {
-                    q.build()
-                        .execute(&mut *tx)
-                        .await?
-                        .inserted_id()
-                        .ok_or_else(|| sqlx::Error::Protocol("no id for the inserted rebalance".into()))?
+            };
+        }
+        macro_rules! commit {
+            ($pool:expr, |$tx:ident| $rows:block) => {{
+                let mut $tx = $pool.begin().await?;
+                if let Some(fence) = fence {
+                    let mut q = QueryBuilder::new("UPDATE auto_assign_leader SET term = ");
+                    q.push_bind(fence.term)
+                        .push(", holder = ")
+                        .push_bind(fence.holder.clone())
+                        .push(", commits = commits + 1 WHERE id = 1 AND term <= ")
+                        .push_bind(fence.term);
+                    if q.build().execute(&mut *$tx).await?.rows_affected() == 0 {
+                        let stored: i64 =
+                            sqlx::query_scalar("SELECT term FROM auto_assign_leader WHERE id = 1")
+                                .fetch_one(&mut *$tx)
+                                .await?;
+                        $tx.rollback().await?;
+                        return Ok(Fenced::Yes { stored });
+                    }
+                }
+                $rows
+                let tx = &mut $tx;
+                for run in &batch.runs {
+                    let forced: i64 = run.platforms.iter().map(|p| p.forced).sum();
+                    let voluntary: i64 = run.platforms.iter().map(|p| p.voluntary).sum();
+                    let channels: i64 = run.platforms.iter().map(|p| p.channels).sum();
+                    let mut q = QueryBuilder::new(
+                        "INSERT INTO auto_assign_rebalance \
+                         (started_at, finished_at, causes, strategy, term, channels, moved_forced, moved_voluntary) ",
+                    );
+                    q.push_values([run], |mut row, run| {
+                        row.push_bind(run.started_at_ms)
+                            .push_bind(run.finished_at_ms)
+                            .push_bind(run.causes.clone())
+                            .push_bind(run.strategy.clone())
+                            .push_bind(run.term)
+                            .push_bind(channels)
+                            .push_bind(forced)
+                            .push_bind(voluntary);
+                    });
+                    let id: i64 = if returning {
+                        q.push(" RETURNING id");
+                        q.build_query_scalar().fetch_one(&mut **tx).await?
+                    } else {
+                        q.build()
+                            .execute(&mut **tx)
+                            .await?
+                            .inserted_id()
+                            .ok_or_else(|| sqlx::Error::Protocol("no id for the inserted rebalance".into()))?
+                    };
+                    let mut q = QueryBuilder::new(
+                        "INSERT INTO auto_assign_rebalance_platform \
+                         (rebalance_id, platform, channels, unassigned, moved_forced, moved_voluntary, \
+                          bots, mean, stddev, min_load, max_load) ",
+                    );
+                    q.push_values(&run.platforms, |mut row, p| {
+                        row.push_bind(id)
+                            .push_bind(p.platform.clone())
+                            .push_bind(p.channels)
+                            .push_bind(p.unassigned)
+                            .push_bind(p.forced)
+                            .push_bind(p.voluntary)
+                            .push_bind(p.bots)
+                            .push_bind(p.mean)
+                            .push_bind(p.stddev)
+                            .push_bind(p.min)
+                            .push_bind(p.max);
+                    });
+                    if !run.platforms.is_empty() {
+                        q.build().execute(&mut **tx).await?;
+                    }
+                }
+                $tx.commit().await?;
+                Ok(Fenced::No)
+            }};
+        }
+        match &self.pool {
+            Pool::Sqlite(pool) => commit!(pool, |tx| {
+                values!(tx);
+            }),
+            Pool::Mysql(pool) => commit!(pool, |tx| {
+                values!(tx);
+            }),
+            Pool::Postgres(pool) => commit!(pool, |tx| {
+                // Column arrays: four parameters per statement however many rows. The same
+                // expressions as the VALUES form, typed for a SELECT list: the empty list
+                // literal is cast to the column's array type, which a SELECT does not infer.
+                let list = match layout.lists {
+                    Lists::Array => "'{}'::text[]",
+                    Lists::Text => "''::text",
                 };
-                let mut q = QueryBuilder::new(
-                    "INSERT INTO auto_assign_rebalance_platform \
-                     (rebalance_id, platform, channels, unassigned, moved_forced, moved_voluntary, \
-                      bots, mean, stddev, min_load, max_load) ",
-                );
-                q.push_values(&run.platforms, |mut row, p| {
-                    row.push_bind(id)
-                        .push_bind(p.platform.clone())
-                        .push_bind(p.channels)
-                        .push_bind(p.unassigned)
-                        .push_bind(p.forced)
-                        .push_bind(p.voluntary)
-                        .push_bind(p.bots)
-                        .push_bind(p.mean)
-                        .push_bind(p.stddev)
-                        .push_bind(p.min)
-                        .push_bind(p.max);
-                });
-                if !run.platforms.is_empty() {
-                    q.build().execute(&mut *tx).await?;
+                for chunk in rows.chunks(per_statement) {
+                    let mut sql = head.clone();
+                    sql.push_str(&format!(
+                        "SELECT t.id, t.platform, 0, t.assignee, t.guild, {list}, {list}, \
+                         {created_before}$5{created_after} \
+                         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) \
+                         AS t(id, platform, assignee, guild)"
+                    ));
+                    sql.push_str(&layout.upsert_tail(self.next_pg_mtime(now_ms)));
+                    let column = |f: fn(&ChannelWrite) -> &str| -> Vec<&str> {
+                        chunk.iter().map(|w| f(w)).collect()
+                    };
+                    // Built from the layout's fixed fragments; every value is bound.
+                    sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .bind(column(|w| &w.channel))
+                        .bind(column(|w| &w.platform))
+                        .bind(column(|w| &w.assignee))
+                        .bind(column(|w| {
+                            if &*w.platform == "onebot" {
+                                &w.channel
+                            } else {
+                                ""
+                            }
+                        }))
+                        .bind(now_ms)
+                        .persistent(false)
+                        .execute(&mut *tx)
+                        .await?;
                 }
-            }
-            tx.commit().await?;
-            Ok(Fenced::No)
-        })
+            }),
+        }
     }
+}
+
+/// Whether a fenced transaction found a newer term.
+enum Fenced {
+    No,
+    Yes { stored: i64 },
 }
 
 /// OneBot groups have `guildId = id`, as Koishi's OneBot adapter sets it; other platforms are
 /// left for Koishi to fill in on the next message.
-fn guild_id(w: &ChannelWrite) -> String {
-    if w.platform == "onebot" {
+fn guild_id(w: &ChannelWrite, empty: &Arc<str>) -> Arc<str> {
+    if &*w.platform == "onebot" {
         w.channel.clone()
     } else {
-        String::new()
+        empty.clone()
     }
 }
 

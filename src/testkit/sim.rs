@@ -460,8 +460,14 @@ where
             if slow > 0 {
                 tokio::time::sleep(Duration::from_millis(slow)).await;
             }
-            let reply = answer(&inner, &action, &request["params"], request["echo"].clone());
-            let _ = out.send(Message::text(reply.to_string())).await;
+            let reply = if action == "get_group_list" {
+                // Written out directly: the simulated bots share the machine with the
+                // service under test, and this is their biggest answer.
+                group_list(&inner, &request["echo"])
+            } else {
+                answer(&inner, &action, &request["params"], request["echo"].clone()).to_string()
+            };
+            let _ = out.send(Message::text(reply)).await;
         });
     }
     lock(&inner.clients).retain(|(c, _)| !c.same_channel(&out));
@@ -480,6 +486,25 @@ const GARBAGE: &[&str] = &[
     "{\"post_type\": \"notice\", \"notice_type\": \"group_increase\", \"self_id\": 1, \"user_id\": 1, \"group_id\": \"x\"}",
     "{\"status\": \"ok\", \"retcode\": 0, \"echo\": \"nobody-asked\", \"data\": null}",
 ];
+
+/// The `get_group_list` answer as text: what `answer` gives, without building it as a value.
+fn group_list(inner: &Inner, echo: &Value) -> String {
+    use std::fmt::Write as _;
+    let groups = lock(&inner.groups);
+    let mut text = String::with_capacity(32 + groups.len() * 96);
+    text.push_str(r#"{"status":"ok","retcode":0,"data":["#);
+    for (i, g) in groups.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        let _ = write!(
+            text,
+            r#"{{"group_id":{g},"group_name":"group {g}","member_count":42,"max_member_count":500}}"#
+        );
+    }
+    let _ = write!(text, r#"],"echo":{echo},"message":"","wording":""}}"#);
+    text
+}
 
 fn answer(inner: &Inner, action: &str, params: &Value, echo: Value) -> Value {
     let ok = |data: Value| json!({"status": "ok", "retcode": 0, "data": data, "echo": echo, "message": "", "wording": ""});

@@ -78,9 +78,9 @@ impl std::fmt::Display for FrameError {
 
 /// Parses one text frame.
 pub fn parse(text: &str) -> Result<Frame, FrameError> {
-    let value: Value =
+    let mut value: Value =
         serde_json::from_str(text).map_err(|e| FrameError(format!("malformed JSON: {e}")))?;
-    let Value::Object(obj) = &value else {
+    let Value::Object(obj) = &mut value else {
         return Err(FrameError("frame is not a JSON object".to_owned()));
     };
     if obj.contains_key("post_type") {
@@ -95,11 +95,13 @@ pub fn parse(text: &str) -> Result<Frame, FrameError> {
             .find(|m| !m.is_empty())
             .unwrap_or("")
             .to_owned();
+        let ok = retcode == 0 && (status == "ok" || status.is_empty());
+        // Taken, not copied: `data` can be a group list of thousands of entries.
         return Ok(Frame::Response(Response {
-            echo: obj.get("echo").cloned().unwrap_or(Value::Null),
-            ok: retcode == 0 && (status == "ok" || status.is_empty()),
+            echo: obj.remove("echo").unwrap_or(Value::Null),
+            ok,
             retcode,
-            data: obj.get("data").cloned().unwrap_or(Value::Null),
+            data: obj.remove("data").unwrap_or(Value::Null),
             message,
         }));
     }
