@@ -257,13 +257,9 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
             Some(start_api(&shared, api, bind, &mut tasks).await?)
         }
     };
-    let (onebot_addr, onebot_reported) = start_onebot(
-        &shared,
-        federate.as_ref(),
-        &tagged(SourceId::OneBot, &fleet_tx, &mut tasks),
-        &mut tasks,
-    )
-    .await?;
+    let (onebot_events, onebot_flush) = tagged(SourceId::OneBot, &fleet_tx, &mut tasks);
+    let (onebot_addr, onebot_reported) =
+        start_onebot(&shared, federate.as_ref(), &onebot_events, &mut tasks).await?;
     // No rebalance before every source has reported the fleet (see `Engine`).
     let reporters_reported = reporters
         .as_ref()
@@ -272,6 +268,9 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     tasks.spawn(async move {
         if let Some(reported) = onebot_reported {
             reported.await;
+            // Its reports pass through a forwarding task; the engine must have them all
+            // queued before Ready, or the first plan misses a bot and the next moves channels.
+            onebot_flush.flushed().await;
         }
         if let Some(reported) = reporters_reported {
             reported.await;
@@ -284,7 +283,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
             engine.report(SourceId::File, event);
         }
         info!("{}: fleet file loaded", path.display());
-        let events = tagged(SourceId::File, &fleet_tx, &mut tasks);
+        let (events, _) = tagged(SourceId::File, &fleet_tx, &mut tasks);
         tasks.spawn(file::watch(path, fleet, content, events, shutdown.clone()));
     }
     tasks.spawn(watch_config(
@@ -469,22 +468,46 @@ async fn start_onebot(
     Ok((started.reverse_addr, Some(reported)))
 }
 
-/// A sender for one source: its events reach the engine tagged with where they came from.
+/// A sender for one source: its events reach the engine tagged with where they came from,
+/// through a forwarding task, in order.
 fn tagged(
     source: SourceId,
     fleet: &mpsc::Sender<(SourceId, FleetEvent)>,
     tasks: &mut JoinSet<()>,
-) -> mpsc::Sender<FleetEvent> {
+) -> (mpsc::Sender<FleetEvent>, Flush) {
     let (tx, mut rx) = mpsc::channel(1024);
+    let (flush_tx, mut flush_rx) = mpsc::channel::<tokio::sync::oneshot::Sender<()>>(1);
     let fleet = fleet.clone();
     tasks.spawn(async move {
-        while let Some(event) = rx.recv().await {
-            if fleet.send((source.clone(), event)).await.is_err() {
-                return;
+        loop {
+            tokio::select! {
+                // Events first: a flush is answered only when none is waiting.
+                biased;
+                event = rx.recv() => {
+                    let Some(event) = event else { return };
+                    if fleet.send((source.clone(), event)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(done) = flush_rx.recv() => {
+                    let _ = done.send(());
+                }
             }
         }
     });
-    tx
+    (tx, Flush(flush_tx))
+}
+
+/// Waits until a [`tagged`] sender's events sent so far have reached the engine's queue.
+struct Flush(mpsc::Sender<tokio::sync::oneshot::Sender<()>>);
+
+impl Flush {
+    async fn flushed(&self) {
+        let (done, flushed) = tokio::sync::oneshot::channel();
+        if self.0.send(done).await.is_ok() {
+            let _ = flushed.await;
+        }
+    }
 }
 
 /// Validates every edit of the config file; a valid one goes to the engine, an invalid one is
