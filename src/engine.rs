@@ -22,13 +22,14 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::explain::{Explanation, explain};
 use crate::index::FleetIndex;
+use crate::leader::Duty;
 use crate::metrics::Metrics;
 use crate::outputs::follower::Follower;
 use crate::outputs::publish::Publisher;
 use crate::presence::Presence;
 use crate::source::merge::{Merge, SourceId};
 use crate::source::{FleetEvent, Origin};
-use crate::store::writer::{Mode, Unwritten, Writer};
+use crate::store::writer::{Unwritten, Writer};
 use crate::store::{Batch, ChannelWrite, Fence, PlatformRecord, RunRecord};
 use crate::triggers::{Cause, Causes, Debouncer};
 use crate::view::{PlatformCounts, RunSummary, View};
@@ -60,18 +61,6 @@ pub enum Control {
     Follow,
     /// The leader published a new version of the assignment.
     Followed,
-}
-
-/// Whether this engine plans.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Duty {
-    /// The only instance.
-    Alone,
-    Leader {
-        term: i64,
-    },
-    /// Keeps the index current and mirrors the leader's publication; plans nothing.
-    Follower,
 }
 
 /// Where the engine's results go besides the SQL store.
@@ -111,6 +100,8 @@ pub struct Engine {
     offline_since: HashMap<(String, String), Instant>,
     /// Which source's report of each bot the index follows.
     merge: Merge,
+    /// A follower keeps the index current and mirrors the leader's publication; it plans
+    /// nothing.
     duty: Duty,
 }
 
@@ -131,10 +122,8 @@ impl Engine {
         load_assignment(&mut index, &outputs.view, stored);
         outputs.view.set_exclusions(&config.rules.exclude);
         info!("loaded {count} stored assignment(s) as the previous assignment");
-        let duty = match config.leadership {
-            Some(_) => Duty::Follower,
-            None => Duty::Alone,
-        };
+        let duty = Duty::at_start(config.leadership.as_ref());
+        writer.set_duty(duty.clone());
         Self {
             duty,
             outputs,
@@ -390,11 +379,7 @@ impl Engine {
         load_assignment(&mut self.index, &self.outputs.view, stored);
         // The incremental planner's state belongs to the assignment it last planned.
         self.planner = Planner::new(self.config.strategy);
-        self.duty = Duty::Leader { term };
-        self.writer.set_mode(Mode::Leader(fence));
-        if let Some(publisher) = &self.outputs.publisher {
-            publisher.set_term(Some(term));
-        }
+        self.set_duty(Duty::Leader(fence));
         info!("leading in term {term} from {count} stored assignment(s)");
         self.request(Cause::Takeover);
     }
@@ -403,13 +388,18 @@ impl Engine {
         if self.duty == Duty::Follower {
             return;
         }
-        self.duty = Duty::Follower;
-        self.writer.set_mode(Mode::Follower);
-        if let Some(publisher) = &self.outputs.publisher {
-            publisher.set_term(None);
-        }
+        self.set_duty(Duty::Follower);
         info!("following");
         self.mirror_publication();
+    }
+
+    /// The writer and the publication follow the engine's duty.
+    fn set_duty(&mut self, duty: Duty) {
+        self.writer.set_duty(duty.clone());
+        if let Some(publisher) = &self.outputs.publisher {
+            publisher.set_duty(duty.clone());
+        }
+        self.duty = duty;
     }
 
     /// A follower's index and view take the leader's published assignment, so its API
@@ -451,10 +441,8 @@ impl Engine {
     }
 
     async fn rebalance(&mut self) {
-        let term = match self.duty {
-            Duty::Alone => 0,
-            Duty::Leader { term } => term,
-            Duty::Follower => return,
+        let Some(term) = self.duty.writing_term() else {
+            return;
         };
         let causes = self.triggers.take();
         let started_at_ms = self.outputs.clock.unix_ms();

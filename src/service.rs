@@ -21,7 +21,7 @@ use crate::leader;
 use crate::metrics::Metrics;
 use crate::outputs::follower::Follower;
 use crate::outputs::presence_registry;
-use crate::outputs::publish::{Keys, Publisher, Publishing};
+use crate::outputs::publish::{Keys, Publisher};
 use crate::outputs::redis::Redis;
 use crate::pallas::claim::Claims;
 use crate::pallas::federate::{Federate, settings};
@@ -346,15 +346,11 @@ fn start_outputs(s: &Shared, tasks: &mut JoinSet<()>) -> Option<Publisher> {
         prefix: settings.prefix.0.clone(),
     };
     // Under leadership nobody publishes until it leads.
-    let publishing = match s.config.leadership {
-        Some(_) => Publishing::Stopped,
-        None => Publishing::Alone,
-    };
     Some(Publisher::start(
         redis.clone(),
         s.view.clone(),
         keys,
-        publishing,
+        leader::Duty::at_start(s.config.leadership.as_ref()),
         s.shutdown.clone(),
     ))
 }

@@ -37,6 +37,7 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 
 use super::redis::Redis;
 use crate::backoff::{Backoff, Jitter};
+use crate::leader::Duty;
 use crate::view::View;
 
 /// Above this many changes a full republish is cheaper than one huge script call.
@@ -74,16 +75,8 @@ pub type Changes = Vec<(String, String, Option<String>)>;
 
 enum Job {
     Changes(Changes),
-    /// `Some(term)`: publish as the leader of `term` (everything, at once); `None`: stop.
-    Term(Option<i64>),
-}
-
-/// Who publishes: an instance alone always, unfenced (term 0); under leadership the leader.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Publishing {
-    Alone,
-    Leader(i64),
-    Stopped,
+    /// A new duty: a new leader publishes everything at once; a follower nothing.
+    Duty(Duty),
 }
 
 #[derive(Clone)]
@@ -121,9 +114,9 @@ impl Publisher {
         let _ = self.tx.send(Job::Changes(changes));
     }
 
-    /// This instance leads in `term` (`None`: it no longer does).
-    pub fn set_term(&self, term: Option<i64>) {
-        let _ = self.tx.send(Job::Term(term));
+    /// From now on publishes as `duty` says.
+    pub fn set_duty(&self, duty: Duty) {
+        let _ = self.tx.send(Job::Duty(duty));
     }
 
     /// Starts the publishing task.
@@ -131,20 +124,12 @@ impl Publisher {
         redis: Redis,
         view: View,
         keys: Keys,
-        publishing: Publishing,
+        duty: Duty,
         shutdown: CancellationToken,
     ) -> Publisher {
         let (tx, rx) = mpsc::unbounded_channel();
         let status = Arc::new(PublishStatus::default());
-        tokio::spawn(run(
-            redis,
-            view,
-            keys,
-            publishing,
-            rx,
-            status.clone(),
-            shutdown,
-        ));
+        tokio::spawn(run(redis, view, keys, duty, rx, status.clone(), shutdown));
         Publisher { tx, status }
     }
 }
@@ -203,7 +188,7 @@ async fn run(
     redis: Redis,
     view: View,
     keys: Keys,
-    mut publishing: Publishing,
+    mut duty: Duty,
     mut rx: mpsc::UnboundedReceiver<Job>,
     status: Arc<PublishStatus>,
     shutdown: CancellationToken,
@@ -221,8 +206,8 @@ async fn run(
         let mut take = |job: Job, merged: &mut BTreeMap<(String, String), Option<String>>| {
             match job {
                 Job::Changes(changes) => merge(merged, changes),
-                Job::Term(term) => {
-                    publishing = term.map_or(Publishing::Stopped, Publishing::Leader);
+                Job::Duty(new) => {
+                    duty = new;
                     // A new leader publishes everything: its view is the truth now.
                     dirty = true;
                     merged.clear();
@@ -244,14 +229,10 @@ async fn run(
             take(job, &mut merged);
         }
         dirty |= std::mem::take(&mut back);
-        let term = match publishing {
-            Publishing::Alone => 0,
-            Publishing::Leader(term) => term,
-            Publishing::Stopped => {
-                merged.clear();
-                status.published(version);
-                continue;
-            }
+        let Some(term) = duty.writing_term() else {
+            merged.clear();
+            status.published(version);
+            continue;
         };
         let Some(mut conn) = redis.conn().await else {
             dirty = true;
@@ -305,7 +286,7 @@ async fn run(
             }
             Err(e) if e.code() == Some("FENCED") => {
                 warn!("redis: publication refused ({e}); another instance leads");
-                publishing = Publishing::Stopped;
+                duty = Duty::Follower;
                 merged.clear();
             }
             Err(e) => {

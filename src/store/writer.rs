@@ -18,6 +18,7 @@ use tracing::{error, info, warn};
 use super::{Batch, Failure, Fence, Pending, Store};
 use crate::backoff::{Backoff, Jitter};
 use crate::clock::Clock;
+use crate::leader::Duty;
 use crate::metrics::Metrics;
 
 /// What the writer is doing, for `/healthz` and the API.
@@ -54,18 +55,9 @@ pub struct Unwritten {
     pub last_error: Option<String>,
 }
 
-/// Whose writes these are: an instance alone writes unfenced; under leadership only the
-/// leader writes, every transaction fenced by its term (see `leader`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Alone,
-    Leader(Fence),
-    Follower,
-}
-
 enum Job {
     Batch(Batch),
-    Mode(Mode),
+    Duty(Duty),
 }
 
 /// The engine's side of the writer.
@@ -102,10 +94,10 @@ impl Writer {
         }
     }
 
-    /// From now on writes as `mode`. Rows pending from an earlier mode are dropped: whoever
-    /// leads now plans from what the database holds.
-    pub fn set_mode(&self, mode: Mode) {
-        let _ = self.tx.send(Job::Mode(mode));
+    /// From now on writes as `duty` says. Rows pending from an earlier duty are dropped:
+    /// whoever leads now plans from what the database holds.
+    pub fn set_duty(&self, duty: Duty) {
+        let _ = self.tx.send(Job::Duty(duty));
     }
 
     pub fn status(&self) -> watch::Receiver<WriteStatus> {
@@ -131,13 +123,13 @@ async fn run<S: Store>(
     let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
     let mut retry_at: Option<Instant> = None;
     let mut last_error: Option<String> = None;
-    let mut mode = Mode::Alone;
+    let mut duty = Duty::Alone;
     loop {
         let mut take = |job: Job, pending: &mut Pending| match job {
-            Job::Batch(batch) if mode != Mode::Follower => pending.merge(batch),
+            Job::Batch(batch) if duty != Duty::Follower => pending.merge(batch),
             Job::Batch(_) => {}
-            Job::Mode(new) => {
-                if !pending.is_empty() && new != mode {
+            Job::Duty(new) => {
+                if !pending.is_empty() && new != duty {
                     warn!(
                         "leadership changed: dropping {} unwritten row(s) and {} history \
                          record(s) of the previous term (the leader plans from the database)",
@@ -146,7 +138,7 @@ async fn run<S: Store>(
                     );
                     *pending = Pending::default();
                 }
-                mode = new;
+                duty = new;
             }
         };
         tokio::select! {
@@ -165,14 +157,10 @@ async fn run<S: Store>(
             publish(&status, &pending, None, clock);
             continue;
         }
-        let fence = match &mode {
-            Mode::Leader(fence) => Some(fence),
-            Mode::Alone | Mode::Follower => None,
-        };
         match commit(
             &store,
             &mut pending,
-            fence,
+            duty.fence(),
             &status,
             COMMIT_TIMEOUT,
             clock,
@@ -195,7 +183,7 @@ async fn run<S: Store>(
                     pending.runs()
                 );
                 pending = Pending::default();
-                mode = Mode::Follower;
+                duty = Duty::Follower;
                 status.send_modify(|s| s.fenced += 1);
                 publish(&status, &pending, None, clock);
             }
@@ -223,16 +211,22 @@ async fn run<S: Store>(
     }
     // Stopping: a bounded last try.
     let deadline = Instant::now() + shutdown_timeout;
-    while !pending.is_empty() && mode != Mode::Follower {
+    while !pending.is_empty() && duty != Duty::Follower {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
-        let fence = match &mode {
-            Mode::Leader(fence) => Some(fence),
-            Mode::Alone | Mode::Follower => None,
-        };
-        match commit(&store, &mut pending, fence, &status, left, clock, &metrics).await {
+        match commit(
+            &store,
+            &mut pending,
+            duty.fence(),
+            &status,
+            left,
+            clock,
+            &metrics,
+        )
+        .await
+        {
             Ok(()) => last_error = None,
             Err((Failure::Fenced, message)) => {
                 error!("{message}: dropping what this term did not write");
@@ -402,7 +396,7 @@ mod tests {
                 Clock::system(),
                 Arc::default(),
             );
-            writer.set_mode(Mode::Leader(Fence {
+            writer.set_duty(Duty::Leader(Fence {
                 term,
                 holder: format!("instance-{term}"),
             }));
