@@ -168,10 +168,13 @@ impl IngressClaims {
     pub async fn claim(&self, plugin: &str, group: i64, key: u64, capability: &str) -> Outcome {
         let cache_key = (plugin.to_owned(), key);
         let joined = {
+            // The win cache is read under the in-flight lock: the owner of an ask records its
+            // win before it removes its in-flight entry, so an ask that finds neither comes
+            // after a loss (or nothing) and never claims a message this deployment won.
+            let mut inflight = self.inflight.lock();
             if self.wins.lock().contains(&cache_key, Instant::now()) {
                 return Outcome::CachedWin;
             }
-            let mut inflight = self.inflight.lock();
             match inflight.get(&cache_key) {
                 Some(rx) => Err(rx.clone()),
                 None => {
