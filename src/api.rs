@@ -153,15 +153,18 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/v1/activity/begin", post(begin_activity))
         .route("/v1/activity/end", post(end_activity))
         .route("/v1/assignments/stream", get(stream))
-        .merge(fleet_routes(&api))
-        .route_layer(middleware::from_fn_with_state(api.clone(), auth));
+        .merge(fleet_routes(&api));
     let metrics = Router::new().route("/metrics", get(prometheus_metrics));
     let (open, protected) = match api.metrics_auth {
-        MetricsAuth::Token => (
-            Router::new(),
-            protected.merge(metrics.route_layer(middleware::from_fn_with_state(api.clone(), auth))),
-        ),
+        MetricsAuth::Token => (Router::new(), protected.merge(metrics)),
         MetricsAuth::None => (metrics, protected),
+    };
+    // The token is fixed for the process's life: without one, no layer to pass through on
+    // every request.
+    let protected = if api.token.is_empty() {
+        protected
+    } else {
+        protected.route_layer(middleware::from_fn_with_state(api.clone(), auth))
     };
     Router::new()
         .route("/", get(dashboard))
@@ -193,15 +196,13 @@ async fn auth(
     request: Request,
     next: Next,
 ) -> Response {
-    if !api.token.is_empty() {
-        let given = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !bool::from(given.as_bytes().ct_eq(api.token.expose().as_bytes())) {
-            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-        }
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !bool::from(given.as_bytes().ct_eq(api.token.expose().as_bytes())) {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     }
     next.run(request).await
 }
@@ -226,8 +227,13 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
             .map(str::trim)
             .is_some_and(|t| t == "application/json" || t.ends_with("+json"));
         // The size first: a too large body is 413 whatever it claims to be.
-        let bytes = match tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(req, state)).await
-        {
+        // A small body came with its headers: then no timer is set (and cleared) for it.
+        let mut body = std::pin::pin!(Bytes::from_request(req, state));
+        let arrived = match futures_util::FutureExt::now_or_never(body.as_mut()) {
+            Some(arrived) => Ok(arrived),
+            None => tokio::time::timeout(BODY_TIMEOUT, body).await,
+        };
+        let bytes = match arrived {
             Err(_) => {
                 return Err(error(
                     StatusCode::REQUEST_TIMEOUT,
@@ -251,8 +257,13 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
                 "expected Content-Type: application/json",
             ));
         }
+        // Most bodies are good: read them at full speed, and only a bad one again, tracking
+        // the path for a message that names the field.
+        if let Ok(v) = serde_json::from_slice(&bytes) {
+            return Ok(Body(v));
+        }
         let mut de = serde_json::Deserializer::from_slice(&bytes);
-        match serde_path_to_error::deserialize(&mut de) {
+        match serde_path_to_error::deserialize::<_, T>(&mut de) {
             Ok(v) => match de.end() {
                 Ok(()) => Ok(Body(v)),
                 Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}"))),
@@ -303,6 +314,9 @@ pub async fn serve(
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)
+            // Pipelined requests (a client with many decisions in flight on one connection)
+            // get their answers in one write, not one write each.
+            .pipeline_flush(true)
             .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

@@ -43,20 +43,38 @@ pub struct Update {
 /// Every platform's assignment (channel → bot).
 pub type Assignments = BTreeMap<String, BTreeMap<String, String>>;
 
+/// Where a message in a channel goes, by [`View::route`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Excluded by config: nobody handles it by assignment (a stored assignee is reported,
+    /// not followed).
+    Excluded {
+        assignee: Option<Arc<str>>,
+    },
+    Unassigned,
+    /// Assigned to this bot, which is offline now.
+    Offline(Arc<str>),
+    /// Assigned to this bot, online.
+    Online(Arc<str>),
+}
+
 #[derive(Default)]
 struct State {
     /// Bumped by every [`Update`].
     version: u64,
     platforms: BTreeMap<String, PlatformView>,
     last_run: Option<RunSummary>,
-    excluded_full: HashSet<String>,
-    excluded_short: HashSet<String>,
+    /// Excluded channels named with their platform (`platform → channels`).
+    excluded_full: HashMap<Box<str>, HashSet<Box<str>>>,
+    /// Excluded channels named without a platform: excluded on every platform.
+    excluded_short: HashSet<Box<str>>,
 }
 
 #[derive(Default)]
 struct PlatformView {
-    assignee: HashMap<Box<str>, Box<str>>,
-    loads: HashMap<Box<str>, u32>,
+    /// Channel → bot; a bot's name is one allocation shared by its channels and `loads`.
+    assignee: HashMap<Box<str>, Arc<str>>,
+    loads: HashMap<Arc<str>, u32>,
     /// Every bot known (not forgotten), with whether it is online now.
     bots: HashMap<Box<str>, bool>,
     /// Counts from the last plan.
@@ -90,6 +108,16 @@ pub struct PlatformCounts {
     pub max_load: u32,
 }
 
+impl State {
+    fn is_excluded(&self, platform: &str, channel: &str) -> bool {
+        self.excluded_short.contains(channel)
+            || self
+                .excluded_full
+                .get(platform)
+                .is_some_and(|channels| channels.contains(channel))
+    }
+}
+
 impl View {
     fn read(&self) -> parking_lot::RwLockReadGuard<'_, State> {
         self.inner.read()
@@ -110,7 +138,13 @@ impl View {
         let mut update = Vec::new();
         for (channel, bot) in changes {
             let old = match bot {
-                Some(bot) => p.assignee.insert(channel.into(), bot.into()),
+                Some(bot) => {
+                    let bot = match p.loads.get_key_value(bot) {
+                        Some((shared, _)) => shared.clone(),
+                        None => Arc::from(bot),
+                    };
+                    p.assignee.insert(channel.into(), bot)
+                }
                 None => p.assignee.remove(channel),
             };
             if old.as_deref() == bot {
@@ -233,10 +267,17 @@ impl View {
         state.excluded_full.clear();
         state.excluded_short.clear();
         for key in keys {
-            if split_key(key).is_some() {
-                state.excluded_full.insert(key.clone());
-            } else {
-                state.excluded_short.insert(key.clone());
+            match split_key(key) {
+                Some((platform, channel)) => {
+                    state
+                        .excluded_full
+                        .entry(platform.into())
+                        .or_default()
+                        .insert(channel.into());
+                }
+                None => {
+                    state.excluded_short.insert(key.as_str().into());
+                }
             }
         }
     }
@@ -249,6 +290,29 @@ impl View {
             .assignee
             .get(channel)
             .map(|b| b.to_string())
+    }
+
+    /// Where a message in `channel` goes: excluded, unassigned, or its assignee and whether
+    /// that bot is online. What every ingress decision asks, so: one read of the state and no
+    /// allocation (the assignee is the view's own shared name).
+    pub fn route(&self, platform: &str, channel: &str) -> Route {
+        let state = self.read();
+        let p = state.platforms.get(platform);
+        let assignee = p.and_then(|p| p.assignee.get(channel)).cloned();
+        if state.is_excluded(platform, channel) {
+            return Route::Excluded { assignee };
+        }
+        match assignee {
+            None => Route::Unassigned,
+            Some(bot) => {
+                let online = p.and_then(|p| p.bots.get(&*bot)).copied().unwrap_or(false);
+                if online {
+                    Route::Online(bot)
+                } else {
+                    Route::Offline(bot)
+                }
+            }
+        }
     }
 
     pub fn is_online(&self, platform: &str, bot: &str) -> bool {
@@ -271,11 +335,7 @@ impl View {
     }
 
     pub fn is_excluded(&self, platform: &str, channel: &str) -> bool {
-        let state = self.read();
-        state.excluded_short.contains(channel)
-            || state
-                .excluded_full
-                .contains(&format!("{platform}:{channel}"))
+        self.read().is_excluded(platform, channel)
     }
 
     pub fn platforms(&self) -> Vec<String> {
@@ -308,7 +368,13 @@ impl View {
         let mut out: Vec<(String, bool, u32)> = p
             .bots
             .iter()
-            .map(|(b, &online)| (b.to_string(), online, p.loads.get(b).copied().unwrap_or(0)))
+            .map(|(b, &online)| {
+                (
+                    b.to_string(),
+                    online,
+                    p.loads.get(&**b).copied().unwrap_or(0),
+                )
+            })
             .collect();
         out.sort_unstable();
         out
@@ -338,6 +404,17 @@ mod tests {
             v.is_excluded("onebot", "x")
                 && v.is_excluded("discord", "y")
                 && !v.is_excluded("discord", "x")
+        );
+        assert_eq!(v.route("onebot", "a"), Route::Offline("2".into()));
+        assert_eq!(v.route("onebot", "b"), Route::Unassigned);
+        assert_eq!(v.route("discord", "a"), Route::Unassigned);
+        v.apply("onebot", [("b", Some("1")), ("x", Some("1"))]);
+        assert_eq!(v.route("onebot", "b"), Route::Online("1".into()));
+        assert_eq!(
+            v.route("onebot", "x"),
+            Route::Excluded {
+                assignee: Some("1".into())
+            }
         );
         v.replace("onebot", [("c", "1")]);
         assert_eq!(v.assignment("onebot"), [("c".into(), "1".into())]);

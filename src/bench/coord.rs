@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::outputs::redis::Redis;
 use crate::pallas::claim::Claims;
@@ -111,6 +112,28 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         }
     })
     .await;
+    // The same, one connection per client with one command in flight, as each HTTP client
+    // below has: the round trip a decision that needs Redis would pay.
+    let client = redis::Client::open(url.as_str())?;
+    let mut dedicated = Vec::new();
+    for _ in 0..CLIENTS {
+        dedicated.push(client.get_multiplexed_async_connection().await?);
+    }
+    let raw_dedicated = measure(move |i, n| {
+        let mut conn = dedicated[i].clone();
+        async move {
+            let _: Option<String> = redis::cmd("SET")
+                .arg(format!("bench:raw1:{i}:{n}"))
+                .arg("1")
+                .arg("NX")
+                .arg("EX")
+                .arg(86400)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+        }
+    })
+    .await;
     let claims = Arc::new(Claims::new(
         Some(redis.clone()),
         "bench:msg_claim",
@@ -128,35 +151,66 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         }
     })
     .await;
-    let assigned = measure_http(api_port, |i, n| {
+    let assigned_body = |i: usize, n: u64| {
         let group = 1 + (n % 3000);
         format!(
             r#"{{"platform":"onebot","self_id":"1001","group_id":"{group}","user_id":"42","text":"hello {i} {n}","time":1786000000,"lane":"chat"}}"#
         )
-    })
-    .await?;
+    };
+    let assigned = measure_http(api_port, assigned_body).await?;
     let fallback = measure_http(api_port, |i, n| {
         format!(
             r#"{{"platform":"onebot","self_id":"1001","group_id":"900001","user_id":"42","text":"claim {i} {n}","time":1786000000,"lane":"chat"}}"#
         )
     })
     .await?;
-    println!(
-        "  raw SET NX EX (same client, same redis):      {:>9.0} /s            {}",
-        raw.per_s,
-        raw.latency()
-    );
-    let line = |what: &str, r: Rate| {
-        println!(
-            "  {what:<45}{:>9.0} /s   = {:.2}× raw   {}",
+    let shared = Pipelined::connect(api_port).await?;
+    let pipelined = measure(move |i, n| {
+        let shared = shared.clone();
+        let body = assigned_body(i, n);
+        async move {
+            let answer = shared.request("/v1/ingress", &body).await.expect("answer");
+            assert!(answer.contains("\"handle\""), "unexpected answer {answer}");
+        }
+    })
+    .await;
+    let line = |what: &str, r: Rate, reference: Option<(Rate, &str)>| match reference {
+        Some((base, name)) => println!(
+            "    {what:<44}{:>9.0} /s   = {:.2}× {name:<12}{}",
             r.per_s,
-            r.per_s / raw.per_s,
+            r.per_s / base.per_s,
             r.latency()
-        );
+        ),
+        None => println!(
+            "    {what:<44}{:>9.0} /s                     {}",
+            r.per_s,
+            r.latency()
+        ),
     };
-    line("claims straight to redis (SET NX via claims):", direct);
-    line("ingress decisions over HTTP, assigned group:", assigned);
-    line("ingress decisions over HTTP, claim fallback:", fallback);
+    println!("  {CLIENTS} clients sharing one connection (Redis multiplexed, HTTP/1.1 pipelined):");
+    line("raw SET NX EX (reference)", raw, None);
+    line(
+        "claims straight to redis (SET NX)",
+        direct,
+        Some((raw, "raw")),
+    );
+    line(
+        "ingress over HTTP, assigned group",
+        pipelined,
+        Some((raw, "raw")),
+    );
+    println!("  {CLIENTS} clients on a connection each, one request in flight:");
+    line("raw SET NX EX (reference)", raw_dedicated, None);
+    line(
+        "ingress over HTTP, assigned group",
+        assigned,
+        Some((raw_dedicated, "raw")),
+    );
+    line(
+        "ingress over HTTP, claim fallback",
+        fallback,
+        Some((raw_dedicated, "raw")),
+    );
     let (upstream, respecting) =
         tokio::task::spawn_blocking(super::federate::owner_decisions).await?;
     let (claimed, one_winner) =
@@ -298,30 +352,100 @@ impl Client {
     }
 
     async fn request(&mut self, method: &str, path: &str, body: &str) -> anyhow::Result<String> {
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let s = self.stream.get_mut();
-        s.write_all(head.as_bytes()).await?;
-        s.write_all(body.as_bytes()).await?;
-        let mut length = 0usize;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            anyhow::ensure!(
-                self.stream.read_line(&mut line).await? > 0,
-                "connection closed"
-            );
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse()?;
-            }
+        // One write per request, as a real client's buffered writer does: two would cost the
+        // server an extra wake-up and read per request.
+        self.stream
+            .get_mut()
+            .write_all(&http_request(method, path, body))
+            .await?;
+        read_response(&mut self.stream).await
+    }
+}
+
+fn http_request(method: &str, path: &str, body: &str) -> Vec<u8> {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// One response's body (the status is in the body's `"handle"` or `"error"`).
+async fn read_response<R: tokio::io::AsyncRead + Unpin>(
+    stream: &mut BufReader<R>,
+) -> anyhow::Result<String> {
+    const CONTENT_LENGTH: &str = "content-length:";
+    let mut length = 0usize;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        anyhow::ensure!(stream.read_line(&mut line).await? > 0, "connection closed");
+        if line == "\r\n" {
+            break;
         }
-        let mut buf = vec![0u8; length];
-        self.stream.read_exact(&mut buf).await?;
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        if line
+            .get(..CONTENT_LENGTH.len())
+            .is_some_and(|name| name.eq_ignore_ascii_case(CONTENT_LENGTH))
+        {
+            length = line[CONTENT_LENGTH.len()..].trim().parse()?;
+        }
+    }
+    let mut buf = vec![0u8; length];
+    stream.read_exact(&mut buf).await?;
+    Ok(String::from_utf8(buf)?)
+}
+
+type Pending = (Vec<u8>, oneshot::Sender<anyhow::Result<String>>);
+
+/// Many asks sharing one keep-alive connection, pipelined (HTTP/1.1 answers in order): the
+/// shape of the Redis reference, whose clients share one multiplexed connection. Whatever
+/// requests wait when the writer is free go out in one write.
+#[derive(Clone)]
+struct Pipelined {
+    requests: mpsc::UnboundedSender<Pending>,
+}
+
+impl Pipelined {
+    async fn connect(port: u16) -> std::io::Result<Pipelined> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.set_nodelay(true)?;
+        let (read, mut write) = stream.into_split();
+        let (requests, mut queued) = mpsc::unbounded_channel::<Pending>();
+        let (sent, mut awaiting) = mpsc::unbounded_channel::<oneshot::Sender<_>>();
+        tokio::spawn(async move {
+            let mut batch = Vec::new();
+            while let Some(first) = queued.recv().await {
+                batch.clear();
+                let mut next = Some(first);
+                while let Some((request, answer)) = next {
+                    batch.extend_from_slice(&request);
+                    let _ = sent.send(answer);
+                    next = queued.try_recv().ok();
+                }
+                if write.write_all(&batch).await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let mut read = BufReader::new(read);
+            while let Some(answer) = awaiting.recv().await {
+                let response = read_response(&mut read).await;
+                let failed = response.is_err();
+                let _ = answer.send(response);
+                if failed {
+                    break;
+                }
+            }
+        });
+        Ok(Pipelined { requests })
+    }
+
+    async fn request(&self, path: &str, body: &str) -> anyhow::Result<String> {
+        let (answer, response) = oneshot::channel();
+        self.requests
+            .send((http_request("POST", path, body), answer))
+            .map_err(|_| anyhow::anyhow!("connection closed"))?;
+        response.await?
     }
 }

@@ -27,7 +27,7 @@ use super::claim::{Claims, Via, valid_plugin};
 use super::federate::Federate;
 use super::federate::claim::{CANDIDATE_PLUGIN, Outcome, PLUGIN as FEDERATE_PLUGIN};
 use super::signature::{Body, Signature, Time};
-use crate::view::View;
+use crate::view::{Route, View};
 
 /// The default claim plugin: Pallas-Bot's ingress gate namespace.
 pub const DEFAULT_PLUGIN: &str = "ingress_gate";
@@ -84,10 +84,10 @@ pub struct Decision {
     /// The reason as a stable label (`assignee`, `claim`, ...), for programs.
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub assignee: Option<String>,
+    pub assignee: Option<Arc<str>>,
 }
 
-fn decision(handle: bool, reason: Reason, assignee: Option<String>) -> Decision {
+fn decision(handle: bool, reason: Reason, assignee: Option<Arc<str>>) -> Decision {
     Decision {
         handle,
         kind: reason.kind(),
@@ -227,7 +227,8 @@ impl Ingress {
         let view = &self.view;
         let p = r.platform.as_str();
         let federate = self.federate.as_ref();
-        if view.is_fleet_bot(p, &r.user_id.to_string()) {
+        let mut id = itoa::Buffer::new();
+        if view.is_fleet_bot(p, id.format(r.user_id)) {
             return Ok(decision(false, Reason::SentByFleetBot, None));
         }
         if federate.is_some_and(|f| f.is_peer_bot(r.user_id)) {
@@ -246,7 +247,7 @@ impl Ingress {
         let mentioned: Vec<i64> =
             r.at.iter()
                 .copied()
-                .filter(|b| view.is_fleet_bot(p, &b.to_string()))
+                .filter(|b| view.is_fleet_bot(p, id.format(*b)))
                 .collect();
         let peer_mentioned = federate.is_some_and(|f| r.at.iter().any(|b| f.is_peer_bot(*b)));
         if !mentioned.is_empty() {
@@ -298,50 +299,52 @@ impl Ingress {
                 ));
             }
         }
-        let time = r.time.trunc() as i64;
-        let key = Signature::new(
-            group,
-            r.user_id,
-            &r.text,
-            time,
-            Body::Plaintext,
-            Time::Included,
-        )
-        .key();
-        let local = self.local_decision(r, plugin, group, key).await;
+        let local = self.local_decision(r, plugin, group).await;
         match federate {
             Some(f) if local.handle && f.has_peer_bots() => {
-                Ok(pool_claim(f, r, group, key, command_traffic, local).await)
+                Ok(pool_claim(f, r, group, command_traffic, local).await)
             }
             _ => Ok(local),
         }
     }
 
     /// Which bot of this deployment handles the message: the online assignee, else the
-    /// first claimer.
-    async fn local_decision(&self, r: &Request, plugin: &str, group: i64, key: u64) -> Decision {
-        let view = &self.view;
-        let p = r.platform.as_str();
-        let channel = group.to_string();
-        let assignee = view.assignee(p, &channel);
-        let excluded = view.is_excluded(p, &channel);
-        let because = match &assignee {
-            _ if excluded => NoAssignee::Excluded,
-            None => NoAssignee::Unassigned,
-            Some(bot) if !view.is_online(p, bot) => NoAssignee::AssigneeOffline,
-            Some(bot) => {
-                let me = *bot == r.self_id.to_string();
+    /// first claimer. The assignee case, most messages, is one lookup in the view and
+    /// allocates nothing.
+    async fn local_decision(&self, r: &Request, plugin: &str, group: i64) -> Decision {
+        let mut id = itoa::Buffer::new();
+        let (because, assignee) = match self.view.route(&r.platform, id.format(group)) {
+            Route::Online(bot) => {
+                let me = *bot == *id.format(r.self_id);
                 let why = if me {
                     Reason::Assignee
                 } else {
                     Reason::AssignedToAnotherBot
                 };
-                return decision(me, why, assignee);
+                return decision(me, why, Some(bot));
             }
+            Route::Excluded { assignee } => (NoAssignee::Excluded, assignee),
+            Route::Unassigned => (NoAssignee::Unassigned, None),
+            Route::Offline(bot) => (NoAssignee::AssigneeOffline, Some(bot)),
         };
+        let key = signature_key(r, group);
         let (won, via) = self.claims.claim(plugin, group, key, r.self_id).await;
         decision(won, Reason::Claim { because, won, via }, assignee)
     }
+}
+
+/// The message's claim key, as Pallas-Bot computes it (a SHA-256 of its signature): only
+/// asked for when a claim decides.
+fn signature_key(r: &Request, group: i64) -> u64 {
+    Signature::new(
+        group,
+        r.user_id,
+        &r.text,
+        r.time.trunc() as i64,
+        Body::Plaintext,
+        Time::Included,
+    )
+    .key()
 }
 
 /// The pool-wide claim for the bot this deployment picked: one deployment per message.
@@ -349,10 +352,10 @@ async fn pool_claim(
     f: &Federate,
     r: &Request,
     group: i64,
-    key: u64,
     command_traffic: bool,
     local: Decision,
 ) -> Decision {
+    let key = signature_key(r, group);
     let pool = |outcome: Outcome| {
         let reason = Reason::Pool {
             local: Box::new(local.reason.clone()),
@@ -379,38 +382,157 @@ async fn pool_claim(
     pool(f.claims.claim(plugin, group, key, capability).await)
 }
 
-fn parse_id<E: serde::de::Error>(v: &serde_json::Value) -> Result<i64, E> {
-    match v {
-        serde_json::Value::Number(n) => n
-            .as_i64()
-            .ok_or_else(|| E::custom(format!("{n} is not an integer id"))),
-        serde_json::Value::String(s) => s
-            .trim()
+/// Ids as the platform reports them: an integer, or a string of decimal digits. A visitor,
+/// not a `serde_json::Value`, so reading a request allocates nothing for its ids.
+struct IdVisitor;
+
+impl<'de> serde::de::Visitor<'de> for IdVisitor {
+    type Value = i64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an id (string or integer)")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
+        Ok(v)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
+        i64::try_from(v).map_err(|_| E::custom(format!("{v} is not an integer id")))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
+        Err(E::custom(format!("{v} is not an integer id")))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<i64, E> {
+        v.trim()
             .parse()
-            .map_err(|_| E::custom(format!("{s:?} is not a decimal id"))),
-        other => Err(E::custom(format!(
-            "expected an id (string or integer), got {other}"
-        ))),
+            .map_err(|_| E::custom(format!("{v:?} is not a decimal id")))
     }
 }
 
 fn id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-    parse_id(&serde_json::Value::deserialize(d)?)
+    d.deserialize_any(IdVisitor)
+}
+
+/// An id, or null.
+struct OptionalId;
+
+impl<'de> serde::de::Visitor<'de> for OptionalId {
+    type Value = Option<i64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an id (string or integer) or null")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Option<i64>, E> {
+        IdVisitor.visit_i64(v).map(Some)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Option<i64>, E> {
+        IdVisitor.visit_u64(v).map(Some)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Option<i64>, E> {
+        IdVisitor.visit_f64(v).map(Some)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Option<i64>, E> {
+        IdVisitor.visit_str(v).map(Some)
+    }
 }
 
 fn opt_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    match serde_json::Value::deserialize(d)? {
-        serde_json::Value::Null => Ok(None),
-        v => parse_id(&v).map(Some),
+    d.deserialize_any(OptionalId)
+}
+
+/// A list of ids, or null (none).
+struct IdList;
+
+impl<'de> serde::de::Visitor<'de> for IdList {
+    type Value = Vec<i64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of ids")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<i64>, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<i64>, A::Error> {
+        struct Id;
+        impl<'de> serde::de::DeserializeSeed<'de> for Id {
+            type Value = i64;
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<i64, D::Error> {
+                id(d)
+            }
+        }
+        let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(v) = seq.next_element_seed(Id)? {
+            ids.push(v);
+        }
+        Ok(ids)
     }
 }
 
 fn ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<i64>, D::Error> {
-    match serde_json::Value::deserialize(d)? {
-        serde_json::Value::Null => Ok(Vec::new()),
-        serde_json::Value::Array(items) => items.iter().map(parse_id).collect(),
-        other => Err(serde::de::Error::custom(format!(
-            "expected a list of ids, got {other}"
-        ))),
+    d.deserialize_any(IdList)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Request, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn ids_are_integers_or_decimal_strings() {
+        let r = parse(
+            r#"{"platform":"onebot","self_id":"1001","group_id":42,"user_id":" 7 ","text":"",
+                "time":1.5,"at":["1002",1003],"lane":"chat"}"#,
+        )
+        .unwrap();
+        assert_eq!((r.self_id, r.group_id, r.user_id), (1001, Some(42), 7));
+        assert_eq!(r.at, [1002, 1003]);
+        let private = parse(
+            r#"{"platform":"onebot","self_id":1,"group_id":null,"user_id":2,"text":"","time":1,
+                "at":null,"lane":"chat"}"#,
+        )
+        .unwrap();
+        assert_eq!((private.group_id, private.at), (None, vec![]));
+    }
+
+    #[test]
+    fn a_bad_id_is_named() {
+        let body = |field: &str| {
+            format!(
+                r#"{{"platform":"onebot","self_id":1,"user_id":2,"text":"","time":1,"lane":"chat",{field}}}"#
+            )
+        };
+        for (field, expected) in [
+            (r#""group_id":"12a""#, r#""12a" is not a decimal id"#),
+            (r#""group_id":1.5"#, "1.5 is not an integer id"),
+            (
+                r#""group_id":18446744073709551615"#,
+                "18446744073709551615 is not an integer id",
+            ),
+            (
+                r#""group_id":true"#,
+                "expected an id (string or integer) or null",
+            ),
+            (r#""at":[1,"x"]"#, r#""x" is not a decimal id"#),
+            (r#""at":"1""#, "expected a list of ids"),
+        ] {
+            let error = parse(&body(field)).unwrap_err();
+            assert!(error.contains(expected), "{field}: {error}");
+        }
     }
 }

@@ -39,7 +39,7 @@ use self::settings::Settings as FederateConfig;
 use crate::clock::Clock;
 use crate::outputs::redis::Redis;
 use crate::presence::Presence;
-use crate::view::View;
+use crate::view::{Route, View};
 
 /// Why the pool could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -352,13 +352,13 @@ impl Federate {
                 .present_group_ids
                 .iter()
                 .filter(|g| {
-                    let channel = g.to_string();
-                    !self.view.is_excluded(platform, &channel)
-                        && self
-                            .view
-                            .assignee(platform, &channel)
-                            .and_then(|b| b.parse::<i64>().ok())
-                            .is_some_and(|b| record.online_bot_ids.contains(&b))
+                    let mut channel = itoa::Buffer::new();
+                    match self.view.route(platform, channel.format(**g)) {
+                        Route::Online(bot) | Route::Offline(bot) => bot
+                            .parse::<i64>()
+                            .is_ok_and(|b| record.online_bot_ids.contains(&b)),
+                        Route::Excluded { .. } | Route::Unassigned => false,
+                    }
                 })
                 .copied()
                 .collect();
