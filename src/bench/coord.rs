@@ -100,15 +100,7 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         let redis = raw_redis.clone();
         async move {
             let mut conn = redis.conn().await.expect("connected");
-            let _: Option<String> = redis::cmd("SET")
-                .arg(format!("bench:raw:{i}:{n}"))
-                .arg("1")
-                .arg("NX")
-                .arg("EX")
-                .arg(86400)
-                .query_async(&mut conn)
-                .await
-                .expect("SET");
+            raw_set_nx(&mut conn, format!("bench:raw:{i}:{n}")).await;
         }
     })
     .await;
@@ -121,17 +113,7 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
     }
     let raw_dedicated = measure(move |i, n| {
         let mut conn = dedicated[i].clone();
-        async move {
-            let _: Option<String> = redis::cmd("SET")
-                .arg(format!("bench:raw1:{i}:{n}"))
-                .arg("1")
-                .arg("NX")
-                .arg("EX")
-                .arg(86400)
-                .query_async(&mut conn)
-                .await
-                .expect("SET");
-        }
+        async move { raw_set_nx(&mut conn, format!("bench:raw1:{i}:{n}")).await }
     })
     .await;
     let claims = Arc::new(Claims::new(
@@ -238,6 +220,19 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The reference operation: `SET key 1 NX EX 86400`.
+async fn raw_set_nx(conn: &mut impl redis::aio::ConnectionLike, key: String) {
+    let _: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg("1")
+        .arg("NX")
+        .arg("EX")
+        .arg(86400)
+        .query_async(conn)
+        .await
+        .expect("SET");
 }
 
 /// Operations per second, and the latency of single operations: every operation is timed
