@@ -127,7 +127,7 @@ impl Engine {
         Self {
             duty,
             outputs,
-            planner: Planner::new(config.strategy),
+            planner: Planner::new(config.strategy, config.rules.clone()),
             config,
             index,
             writer,
@@ -358,7 +358,9 @@ impl Engine {
                 let schedule_changed = (new.balance_interval, &new.balance_cron)
                     != (self.config.balance_interval, &self.config.balance_cron);
                 if new.strategy != self.config.strategy {
-                    self.planner = Planner::new(new.strategy);
+                    self.planner = Planner::new(new.strategy, new.rules.clone());
+                } else {
+                    self.planner.set_rules(&new.rules);
                 }
                 self.config = new;
                 self.outputs.view.set_exclusions(&self.config.rules.exclude);
@@ -378,7 +380,7 @@ impl Engine {
         let count = stored.len();
         load_assignment(&mut self.index, &self.outputs.view, stored);
         // The incremental planner's state belongs to the assignment it last planned.
-        self.planner = Planner::new(self.config.strategy);
+        self.planner = Planner::new(self.config.strategy, self.config.rules.clone());
         self.set_duty(Duty::Leader(fence));
         info!("leading in term {term} from {count} stored assignment(s)");
         self.request(Cause::Takeover);
@@ -447,7 +449,7 @@ impl Engine {
         let causes = self.triggers.take();
         let started_at_ms = self.outputs.clock.unix_ms();
         let planning = std::time::Instant::now();
-        let plan = plan_off_the_runtime(&mut self.planner, &mut self.index, &self.config);
+        let plan = plan_off_the_runtime(&mut self.planner, &mut self.index);
         self.runs += 1;
         let metrics = &self.outputs.metrics;
         metrics
@@ -633,8 +635,8 @@ fn load_assignment(index: &mut FleetIndex, view: &View, stored: Vec<(String, Str
 
 /// Plans without stalling the runtime's other tasks (on a multi-thread runtime the worker
 /// hands them over while the planner runs).
-fn plan_off_the_runtime(planner: &mut Planner, index: &mut FleetIndex, config: &Config) -> Plan {
-    let mut run = || planner.plan(index, &config.rules);
+fn plan_off_the_runtime(planner: &mut Planner, index: &mut FleetIndex) -> Plan {
+    let mut run = || planner.plan(index);
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
         _ => run(),

@@ -69,9 +69,20 @@ fn error(path: impl Into<String>, message: impl Into<String>) -> SnapshotError {
 
 /// Reads and validates a snapshot.
 pub fn read(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    // One check of the whole input (almost always valid UTF-8) lets the parser skip checking
+    // every string again; invalid input is parsed as bytes, so the error names the string and
+    // its line and column as before.
+    match std::str::from_utf8(bytes) {
+        Ok(text) => parse(serde_json::Deserializer::from_str(text)),
+        Err(_) => parse(serde_json::Deserializer::from_slice(bytes)),
+    }
+}
+
+fn parse<'de, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+) -> Result<Snapshot, SnapshotError> {
     let trail = Trail::default();
     let mut builder = Builder::default();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
     let top = Top(Ctx {
         b: &mut builder,
         trail: &trail,

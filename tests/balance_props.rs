@@ -352,9 +352,9 @@ proptest! {
         f.previous.clear();
         f.rules.exclude.retain(|e| !e.starts_with("discord:"));
         let mut index = build_index(&f);
-        let mut planner = Planner::new(Plan::Optimal).with_small_platform(0);
+        let mut planner = Planner::new(Plan::Optimal, f.rules.clone()).with_small_platform(0);
         let t = truth(&f);
-        let plan = planner.plan(&mut index, &f.rules);
+        let plan = planner.plan(&mut index);
         check_plan(&f, &t, &index, &plan);
         for batch in batches {
             // the assignment before this batch is the previous one
@@ -363,7 +363,8 @@ proptest! {
                 apply(&mut f, &mut index, e);
             }
             let t = truth(&f);
-            let plan = planner.plan(&mut index, &f.rules);
+            planner.set_rules(&f.rules);
+            let plan = planner.plan(&mut index);
             for (p, sq, moved) in check_plan(&f, &t, &index, &plan) {
                 prop_assert_eq!((sq, moved), brute_force(&f, &t, p));
             }
@@ -430,11 +431,10 @@ fn a_new_bot_joins_incrementally() {
     let channels: Vec<String> = (0..30).map(|c| format!("g{c}")).collect();
     index.bot_online("onebot", "1", &channels);
     index.bot_online("onebot", "2", &channels[..20]);
-    let mut planner = Planner::new(Plan::Optimal).with_small_platform(0);
-    let rules = Rules::default();
-    planner.plan(&mut index, &rules);
+    let mut planner = Planner::new(Plan::Optimal, Rules::default()).with_small_platform(0);
+    planner.plan(&mut index);
     index.bot_online("onebot", "3", &channels[10..]);
-    let plan = planner.plan(&mut index, &rules);
+    let plan = planner.plan(&mut index);
     let p = &plan.platforms[0];
     let loads: Vec<u32> = p.stats.loads.iter().map(|l| l.1).collect();
     assert_eq!(loads, [10, 10, 10]);
@@ -464,8 +464,8 @@ fn flat_fleet_replans_match_scratch_plans() {
         lists.push(mine);
     }
     let rules = Rules::default();
-    let mut planner = Planner::new(Plan::Optimal).with_small_platform(0);
-    planner.plan(&mut index, &rules);
+    let mut planner = Planner::new(Plan::Optimal, rules.clone()).with_small_platform(0);
+    planner.plan(&mut index);
     for b in [3, 7, 3] {
         for online in [false, true] {
             let name = format!("{b}");
@@ -475,7 +475,7 @@ fn flat_fleet_replans_match_scratch_plans() {
                 index.bot_offline("onebot", &name);
             }
             let scratch = balance::plan(&index, &rules, Plan::Optimal);
-            let replan = planner.plan(&mut index, &rules);
+            let replan = planner.plan(&mut index);
             let (s, r) = (&scratch.platforms[0], &replan.platforms[0]);
             assert_eq!(
                 (r.stats.sum_sq, r.forced, r.voluntary),

@@ -878,7 +878,7 @@ fn check_replans(
 ) -> Result<(), TestCaseError> {
     let rules = f.rules();
     let mut index = f.index();
-    let mut planner = Planner::new(OPTIMAL).with_small_platform(0);
+    let mut planner = Planner::new(OPTIMAL, rules.clone()).with_small_platform(0);
     for round in 0..=batches {
         if round > 0 {
             events(&mut f, &mut index);
@@ -890,7 +890,7 @@ fn check_replans(
         let scratch = apply_changes(&f, pi, &previous, &scratch.platforms[0].changes)?;
         let scratch = certify(&f, &t, &previous, &scratch)
             .map_err(|e| TestCaseError::fail(format!("round {round}, from scratch: {e}")))?;
-        let plan = planner.plan(&mut index, &rules);
+        let plan = planner.plan(&mut index);
         let pi = index.platform(PLATFORM).unwrap();
         let pp = plan.platform(PLATFORM).unwrap();
         let after = apply_changes(&f, pi, &previous, &pp.changes)?;

@@ -209,8 +209,8 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     drop((greedy, optimal));
 
     // Incremental re-plans: prime the remembering planner with a full plan.
-    let mut planner = Planner::new(Strategy::Optimal);
-    let primed = planner.plan(&mut fleet.index, &fleet.rules);
+    let mut planner = Planner::new(Strategy::Optimal, fleet.rules.clone());
+    let primed = planner.plan(&mut fleet.index);
     let Some(bot) = mid_sized_bot(&primed) else {
         return true;
     };
@@ -244,7 +244,7 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
 /// Returns whether they agree.
 fn replan(fleet: &mut Fleet, planner: &mut Planner, what: &str) -> bool {
     let exact = best_of_3(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
-    let incremental = measure(|| planner.plan(&mut fleet.index, &fleet.rules));
+    let incremental = measure(|| planner.plan(&mut fleet.index));
     let (e, i) = (
         exact.value.platform(PLATFORM).expect("planned"),
         incremental.value.platform(PLATFORM).expect("planned"),

@@ -289,8 +289,10 @@ impl Exchange {
         (e != NIL).then(|| self.e_chan[e as usize])
     }
 
-    pub(crate) fn has_arc_in(&self, slot: u32, kind: Kind) -> bool {
-        self.heads[slot as usize][kind as usize] != NIL
+    /// The cheapest kind of arc a pair's slot has, if any.
+    pub(crate) fn cheapest_kind_in(&self, slot: u32) -> Option<Kind> {
+        let heads = &self.heads[slot as usize];
+        Kind::ALL.into_iter().find(|&k| heads[k as usize] != NIL)
     }
 
     /// Any channel that may move along the arcs of a pair's slot, preferring the cheapest
@@ -600,7 +602,7 @@ mod tests {
         let mut out = Vec::new();
         for &Nbr { node, slot } in ex.nbrs(a) {
             for kind in Kind::ALL {
-                if ex.has_arc_in(slot, kind) {
+                if ex.channel_in(slot, kind).is_some() {
                     out.push((node, kind));
                 }
             }

@@ -175,8 +175,13 @@ impl Flow {
         })
     }
 
-    fn move_step(ex: &Exchange, from: u32, to: u32, slot: u32, kind: Kind) -> Option<Step> {
-        ex.has_arc_in(slot, kind).then_some(Step {
+    /// The cheapest arc of a bot pair. The three kinds of a pair join the same two nodes and
+    /// differ only in their move cost (−1, 0, +1), so their reduced costs differ by the same:
+    /// a search needs the cheapest only, and a push along a zero-reduced-cost path can only use
+    /// it (the others cost more than zero).
+    fn move_step(ex: &Exchange, from: u32, to: u32, slot: u32) -> Option<Step> {
+        let kind = ex.cheapest_kind_in(slot)?;
+        Some(Step {
             from,
             to,
             op: Op::Move(kind, slot),
@@ -189,14 +194,25 @@ impl Flow {
         if v == self.sink() {
             self.f.len()
         } else if dir == Dir::Forward {
-            ex.nbrs(v).len() * 3 + 1
+            ex.nbrs(v).len() + 1
         } else {
-            ex.rnbrs(v).len() * 3 + 1
+            ex.rnbrs(v).len() + 1
         }
     }
 
-    /// The residual arc at position `i` out of (forward) or into (backward) `v`, if it exists.
-    /// A bot's arc to or from the sink comes first: it is the usual way out.
+    /// The residual arcs at `v` a search may look at: three per bot pair (one per kind), the
+    /// measure of a settle's work and budget.
+    fn arcs(&self, ex: &Exchange, v: u32, dir: Dir) -> u64 {
+        if v == self.sink() {
+            self.f.len() as u64
+        } else {
+            3 * self.steps(ex, v, dir) as u64 - 2
+        }
+    }
+
+    /// The cheapest residual arc at position `i` out of (forward) or into (backward) `v`, if
+    /// any. A bot's arc to or from the sink comes first: it is the usual way out; then one
+    /// position per neighbour.
     fn step(&self, ex: &Exchange, v: u32, i: usize, dir: Dir) -> Option<Step> {
         match dir {
             Dir::Forward if v == self.sink() => self.refund_step(i as u32),
@@ -204,12 +220,12 @@ impl Flow {
             Dir::Forward if i == 0 => self.sink_step(v),
             Dir::Backward if i == 0 => self.refund_step(v),
             Dir::Forward => {
-                let Nbr { node: x, slot } = ex.nbrs(v)[(i - 1) / 3];
-                Self::move_step(ex, v, x, slot, Kind::ALL[(i - 1) % 3])
+                let Nbr { node: x, slot } = ex.nbrs(v)[i - 1];
+                Self::move_step(ex, v, x, slot)
             }
             Dir::Backward => {
-                let Nbr { node: a, slot } = ex.rnbrs(v)[(i - 1) / 3];
-                Self::move_step(ex, a, v, slot, Kind::ALL[(i - 1) % 3])
+                let Nbr { node: a, slot } = ex.rnbrs(v)[i - 1];
+                Self::move_step(ex, a, v, slot)
             }
         }
     }
@@ -281,16 +297,22 @@ impl Flow {
         self.place_waiting(ex);
         let mut search = Search::new(self.f.len() + 1);
         let sweep: u64 = (0..self.f.len() as u32)
-            .map(|v| self.steps(ex, v, Dir::Forward) as u64)
+            .map(|v| self.arcs(ex, v, Dir::Forward))
             .sum();
         let mut starts = Vec::new();
         for dir in [Dir::Forward, Dir::Backward] {
+            // A push only lowers the imbalances at its two ends, so the bots to start from are
+            // listed once per direction and only shrink.
+            let mut pending: Vec<u32> = (0..self.f.len() as u32)
+                .filter(|&v| self.needs(ex, v, dir))
+                .collect();
             loop {
-                starts.clear();
-                starts.extend((0..self.f.len() as u32).filter(|&v| self.needs(ex, v, dir)));
-                if starts.is_empty() {
+                pending.retain(|&v| self.needs(ex, v, dir));
+                if pending.is_empty() {
                     break;
                 }
+                starts.clear();
+                starts.extend_from_slice(&pending);
                 if search.work > budget {
                     return Err(OverBudget);
                 }
@@ -418,6 +440,12 @@ impl Search {
         }
         let mut reach: Option<Cost> = None;
         let mut ends = 0;
+        // The nearest end found so far bounds the search: the search stops past the nearest
+        // end's distance, and a node beyond the bound cannot lead to a nearer end (reduced
+        // costs are non-negative), so it need not enter the heap; with one unit to move, nor
+        // need a node at the bound. A bot with many neighbours and a cheap way to the sink
+        // then costs a look at each neighbour, not a heap entry for each.
+        let mut bound: Option<Cost> = None;
         while let Some(Reverse((d, not_end, v))) = heap.pop() {
             if reach.is_some_and(|r| d > r) {
                 break;
@@ -435,7 +463,7 @@ impl Search {
                 }
                 continue;
             }
-            self.work += flow.steps(ex, v, dir) as u64;
+            self.work += flow.arcs(ex, v, dir);
             for i in 0..flow.steps(ex, v, dir) {
                 let Some(step) = flow.step(ex, v, i, dir) else {
                     continue;
@@ -443,6 +471,9 @@ impl Search {
                 let r = flow.reduced(&step);
                 debug_assert!(r >= Cost::ZERO, "negative reduced cost {r:?} on {step:?}");
                 let (to, nd) = (Self::far(&step, dir), d + r);
+                if bound.is_some_and(|b| nd > b || (nd == b && want == 1)) {
+                    continue;
+                }
                 if !self.region[to as usize] && self.dist[to as usize].is_none_or(|old| nd < old) {
                     if self.dist[to as usize].is_none() {
                         self.touched.push(to);
@@ -459,6 +490,9 @@ impl Search {
                             return reach;
                         }
                         continue;
+                    }
+                    if end {
+                        bound = Some(bound.map_or(nd, |b| b.min(nd)));
                     }
                     heap.push(Reverse((nd, !end, to)));
                 }
@@ -518,7 +552,7 @@ impl Search {
     fn next_step(&mut self, flow: &Flow, ex: &Exchange, v: u32, dir: Dir) -> Option<Step> {
         let positions = flow.steps(ex, v, dir);
         while self.cursor[v as usize] < positions {
-            self.work += 1;
+            self.work += if v == flow.sink() { 1 } else { 3 };
             if let Some(step) = flow.step(ex, v, self.cursor[v as usize], dir) {
                 let far = Self::far(&step, dir) as usize;
                 if self.region[far]
