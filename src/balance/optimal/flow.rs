@@ -200,16 +200,6 @@ impl Flow {
         }
     }
 
-    /// The residual arcs at `v` a search may look at: three per bot pair (one per kind), the
-    /// measure of a settle's work and budget.
-    fn arcs(&self, ex: &Exchange, v: u32, dir: Dir) -> u64 {
-        if v == self.sink() {
-            self.f.len() as u64
-        } else {
-            3 * self.steps(ex, v, dir) as u64 - 2
-        }
-    }
-
     /// The cheapest residual arc at position `i` out of (forward) or into (backward) `v`, if
     /// any. A bot's arc to or from the sink comes first: it is the usual way out; then one
     /// position per neighbour.
@@ -286,7 +276,7 @@ impl Flow {
     }
 
     /// [`Flow::settle`], but it stops between phases once it has looked at more than `budget`
-    /// residual arcs; the state is then consistent (valid prices, fewer imbalances) but not
+    /// residual arcs (a pair's cheapest arc counts one); the state is then consistent (valid prices, fewer imbalances) but not
     /// settled.
     pub(crate) fn settle_within(
         &mut self,
@@ -296,9 +286,7 @@ impl Flow {
         self.sum_f = self.f.iter().sum();
         self.place_waiting(ex);
         let mut search = Search::new(self.f.len() + 1);
-        let sweep: u64 = (0..self.f.len() as u32)
-            .map(|v| self.arcs(ex, v, Dir::Forward))
-            .sum();
+        let sweep = self.sweep(ex);
         let mut starts = Vec::new();
         for dir in [Dir::Forward, Dir::Backward] {
             // A push only lowers the imbalances at its two ends, so the bots to start from are
@@ -324,6 +312,14 @@ impl Flow {
         }
         debug_assert_eq!(self.imbalance(ex, self.sink()), 0);
         Ok(())
+    }
+
+    /// The work of one look at every residual arc of the bot graph (cheapest arcs only), in
+    /// the unit of a settle's budget.
+    pub(crate) fn sweep(&self, ex: &Exchange) -> u64 {
+        (0..self.f.len() as u32)
+            .map(|v| self.steps(ex, v, Dir::Forward) as u64)
+            .sum()
     }
 
     /// Whether bot `v` has an imbalance a search in direction `dir` starts from.
@@ -463,7 +459,7 @@ impl Search {
                 }
                 continue;
             }
-            self.work += flow.arcs(ex, v, dir);
+            self.work += flow.steps(ex, v, dir) as u64;
             for i in 0..flow.steps(ex, v, dir) {
                 let Some(step) = flow.step(ex, v, i, dir) else {
                     continue;
@@ -552,7 +548,7 @@ impl Search {
     fn next_step(&mut self, flow: &Flow, ex: &Exchange, v: u32, dir: Dir) -> Option<Step> {
         let positions = flow.steps(ex, v, dir);
         while self.cursor[v as usize] < positions {
-            self.work += if v == flow.sink() { 1 } else { 3 };
+            self.work += 1;
             if let Some(step) = flow.step(ex, v, self.cursor[v as usize], dir) {
                 let far = Self::far(&step, dir) as usize;
                 if self.region[far]
