@@ -460,14 +460,31 @@ impl Search {
                 continue;
             }
             self.work += flow.steps(ex, v, dir) as u64;
+            let beyond = |nd: Cost, bound: Option<Cost>| {
+                bound.is_some_and(|b| nd > b || (nd == b && want == 1))
+            };
             for i in 0..flow.steps(ex, v, dir) {
+                // Against the bound, the neighbour's price first: no arc of the pair costs
+                // less than a returning move, and the pair's arcs lie elsewhere in memory (a
+                // cache miss per neighbour on a large graph).
+                if bound.is_some() && v != flow.sink() && i > 0 {
+                    let (from, to) = match dir {
+                        Dir::Forward => (v, ex.nbrs(v)[i - 1].node),
+                        Dir::Backward => (ex.rnbrs(v)[i - 1].node, v),
+                    };
+                    let cheapest =
+                        Cost::moves(Kind::Return.cost()) + flow.node_pot(from) - flow.node_pot(to);
+                    if beyond(d + cheapest, bound) {
+                        continue;
+                    }
+                }
                 let Some(step) = flow.step(ex, v, i, dir) else {
                     continue;
                 };
                 let r = flow.reduced(&step);
                 debug_assert!(r >= Cost::ZERO, "negative reduced cost {r:?} on {step:?}");
                 let (to, nd) = (Self::far(&step, dir), d + r);
-                if bound.is_some_and(|b| nd > b || (nd == b && want == 1)) {
+                if beyond(nd, bound) {
                     continue;
                 }
                 if !self.region[to as usize] && self.dist[to as usize].is_none_or(|old| nd < old) {
