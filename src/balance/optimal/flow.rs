@@ -276,8 +276,8 @@ impl Flow {
     }
 
     /// [`Flow::settle`], but it stops between phases once it has looked at more than `budget`
-    /// residual arcs (a pair's cheapest arc counts one); the state is then consistent (valid prices, fewer imbalances) but not
-    /// settled.
+    /// residual arcs (a pair's cheapest arc counts one); the state is then consistent (valid
+    /// prices, fewer imbalances) but not settled.
     pub(crate) fn settle_within(
         &mut self,
         ex: &mut Exchange,
