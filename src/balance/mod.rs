@@ -522,6 +522,33 @@ mod tests {
     }
 
     #[test]
+    fn new_rules_take_effect_on_the_next_incremental_plan() {
+        let mut index = plugin_example(false);
+        let mut planner = Planner::new(Strategy::Optimal, Rules::default()).with_small_platform(0);
+        planner.plan(&mut index);
+        let onebot = index.platform("onebot").unwrap();
+        let g0 = onebot.find_channel("g0").unwrap();
+        let home = onebot.assignee(g0).unwrap();
+        let other = (0..3).find(|&b| b != home).unwrap();
+        let pin = onebot.bot_id(other).to_owned();
+        // Unchanged rules: nothing to do.
+        planner.set_rules(&Rules::default());
+        assert!(planner.plan(&mut index).platforms[0].changes.is_empty());
+        // A pin to another bot: the remembered state is dropped and the pin holds.
+        let rules = Rules {
+            priority: [("onebot:g0".to_owned(), vec![pin])].into(),
+            ..Rules::default()
+        };
+        planner.set_rules(&rules);
+        let plan = planner.plan(&mut index);
+        assert_eq!(index.platform("onebot").unwrap().assignee(g0), Some(other));
+        // The fewest moves: the pinned channel, and one channel back the other way.
+        let p = &plan.platforms[0];
+        assert_eq!((p.forced + p.voluntary, p.changes.len()), (2, 2));
+        assert_eq!(loads(&plan), [96, 96, 96]);
+    }
+
+    #[test]
     fn pins_exclusions_and_disabled_platforms() {
         let mut index = plugin_example(false);
         index.bot_online("discord", "d1", &["x"]);
