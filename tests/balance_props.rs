@@ -446,9 +446,9 @@ fn a_new_bot_joins_incrementally() {
 }
 
 /// The flat fleet of the benchmark, small: alike bots in random groups, so a bot leaving or
-/// coming back changes every other bot's load. The re-plans route it incrementally or, past
-/// their budget, solve the levels again on the remembered graph; either way they match a
-/// from-scratch plan of the same state in Σ load² and in moves.
+/// coming back changes every other bot's load. The re-plans route it incrementally or, with
+/// imbalances at most bots or past their budget, solve the levels again on the remembered
+/// graph; either way they match a from-scratch plan of the same state in Σ load² and in moves.
 #[test]
 fn flat_fleet_replans_match_scratch_plans() {
     let mut rng = Lcg(7);

@@ -99,7 +99,17 @@ pub(crate) struct Flow {
     sum_f: i64,
 }
 
-/// A settle stopped at its budget (see [`Flow::settle`]).
+/// Where a settle's imbalances lie.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// At a few bots: one search per start keeps the work near them.
+    Local,
+    /// At most bots: searches from all of them at once.
+    Global,
+}
+
+/// A settle stopped at its budget, or did not start because the imbalances were not local
+/// (see [`Flow::settle_within`]).
 #[derive(Debug)]
 pub(crate) struct OverBudget;
 
@@ -264,12 +274,12 @@ impl Flow {
     /// the caller rules out (every channel in the graph has a member that can absorb it).
     ///
     /// A phase starts from one bot with an excess (then, once none is left, from one with a
-    /// deficit), so a local change stays a local search. Once the searches have looked at every
-    /// arc of the bot graph a few times over, the imbalances are not local (a bot leaving a flat
-    /// fleet raises every other bot's load by one or two) and each phase starts from all of them
-    /// at once, as from one super source: one search then prices every bot's next unit to the
-    /// sink together, where one search per bot priced only a few.
-    ///
+    /// deficit), so a local change stays a local search. When more than half the bots start
+    /// with an imbalance, or once the searches have looked at every arc of the bot graph a few
+    /// times over, the imbalances are not local (a bot leaving a flat fleet raises every other
+    /// bot's load by one or two) and each phase starts from all of them at once, as from one
+    /// super source: one search then prices every bot's next unit to the sink together, where
+    /// one search per bot priced only a few.
     pub(crate) fn settle(&mut self, ex: &mut Exchange) {
         self.settle_within(ex, u64::MAX)
             .expect("an unlimited budget is never exceeded");
@@ -277,7 +287,10 @@ impl Flow {
 
     /// [`Flow::settle`], but it stops between phases once it has looked at more than `budget`
     /// residual arcs (a pair's cheapest arc counts one); the state is then consistent (valid
-    /// prices, fewer imbalances) but not settled.
+    /// prices, fewer imbalances) but not settled. It gives up at once when more than half the
+    /// active bots have an imbalance to start from: the change is not local (a
+    /// bot of a flat fleet leaving puts its channels on nearly every other bot), each phase
+    /// would search most of the graph, and the caller's full solve costs less.
     pub(crate) fn settle_within(
         &mut self,
         ex: &mut Exchange,
@@ -294,6 +307,17 @@ impl Flow {
             let mut pending: Vec<u32> = (0..self.f.len() as u32)
                 .filter(|&v| self.needs(ex, v, dir))
                 .collect();
+            // Imbalances at more than half the active bots are not local (a bot of a flat fleet
+            // leaving puts its channels on nearly every other bot): a budgeted settle leaves
+            // them to the caller's full solve, an unlimited one starts from all of them at once.
+            let spread = if 2 * pending.len() > self.active.iter().filter(|&&a| a).count() {
+                Spread::Global
+            } else {
+                Spread::Local
+            };
+            if budget != u64::MAX && spread == Spread::Global {
+                return Err(OverBudget);
+            }
             loop {
                 pending.retain(|&v| self.needs(ex, v, dir));
                 if pending.is_empty() {
@@ -304,7 +328,7 @@ impl Flow {
                 if search.work > budget {
                     return Err(OverBudget);
                 }
-                if search.work <= 4 * sweep {
+                if spread == Spread::Local && search.work <= 4 * sweep {
                     starts.truncate(1);
                 }
                 self.phase(ex, &mut search, &starts, dir);

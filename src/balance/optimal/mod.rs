@@ -14,10 +14,11 @@
 //! back, memberships changed), restores the flow invariant locally and routes only the
 //! difference, so its cost follows the size of the change, not of the fleet. It is never much
 //! dearer than a full plan: a journal touching a sixteenth of the channels gets one, and routing
-//! that has looked at as many arcs as there are memberships, or at every arc of the bot graph
-//! eight times over (a bot of a flat fleet leaving raises every other bot's level), stops and
-//! solves the levels again on the graph as it stands: a full plan's steps 2 and 3 without
-//! building the graph, which is most of a full plan's cost.
+//! that would start from more than half the bots (a bot of a flat fleet leaving raises every
+//! other bot's level), or has looked at as many arcs as there are memberships, or at every arc
+//! of the bot graph eight times over, stops and solves the levels again on the graph as it
+//! stands: a full plan's steps 2 and 3 without building the graph, which is most of a full
+//! plan's cost.
 //!
 //! Between plans every channel in the graph sits at its *home*. The planner applies each plan to
 //! the index, so the next plan's previous assignment is the last plan's placement, and moves must
@@ -201,9 +202,10 @@ impl State {
         }
 
         // Routing the change costs about one look at each membership at most, and at most
-        // eight looks at every arc of the bot graph; past that it reaches far (a bot of a flat
-        // fleet leaving raises every other bot's level), and solving the levels again on the
-        // graph as it stands is cheaper, as a full plan would but without building the graph.
+        // eight looks at every arc of the bot graph, and starts from at most half the bots;
+        // past that it reaches far (a bot of a flat fleet leaving raises every other bot's
+        // level), and solving the levels again on the graph as it stands is cheaper, as a full
+        // plan would but without building the graph.
         let budget = (self.ex.entries() as u64).min(8 * self.flow.sweep(&self.ex));
         if self.flow.settle_within(&mut self.ex, budget).is_err() {
             self.solve_levels();
