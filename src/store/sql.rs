@@ -64,16 +64,27 @@ pub struct SqlStore {
 
 #[derive(Clone, Debug)]
 enum Pool {
-    Sqlite(SqlitePool),
+    Sqlite(SqliteFile),
     Postgres(PgPool),
     Mysql(MySqlPool),
 }
 
-/// Runs the same code for every pool type.
+/// An SQLite file, open on two connections. Every write goes through `writer`, always the
+/// same connection, so its page cache stays warm: in WAL mode a connection drops its whole
+/// cache when another one has written since its last transaction, and a rebalance's rows are
+/// spread over the whole table (a cold cache reads them all again). Reads and checkpoints go
+/// through `other`, beside the writer: a passive checkpoint never blocks a commit.
+#[derive(Clone, Debug)]
+struct SqliteFile {
+    writer: SqlitePool,
+    other: SqlitePool,
+}
+
+/// Runs the same code for every pool type (on SQLite, the connection that does not write).
 macro_rules! on_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match &$store.pool {
-            Pool::Sqlite($pool) => $body,
+            Pool::Sqlite(SqliteFile { other: $pool, .. }) => $body,
             Pool::Postgres($pool) => $body,
             Pool::Mysql($pool) => $body,
         }
@@ -257,16 +268,27 @@ impl SqlStore {
                     // are spread over the whole table.
                     .pragma("cache_size", "-65536")
                     .busy_timeout(Duration::from_secs(5));
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(2)
-                    .connect_with(options)
-                    .await
-                    .with_context(|| format!("opening SQLite database {}", path.display()))?;
+                // One connection each, kept for good: a new one starts with a cold cache.
+                let one = || {
+                    SqlitePoolOptions::new()
+                        .max_connections(1)
+                        .idle_timeout(None)
+                        .max_lifetime(None)
+                        .test_before_acquire(false)
+                };
+                let open = |options| async {
+                    one()
+                        .connect_with(options)
+                        .await
+                        .with_context(|| format!("opening SQLite database {}", path.display()))
+                };
+                let writer = open(options.clone()).await?;
                 sqlx::migrate!("./migrations/sqlite")
-                    .run(&pool)
+                    .run(&writer)
                     .await
                     .context("migrating the SQLite database")?;
-                Pool::Sqlite(pool)
+                let other = open(options).await?;
+                Pool::Sqlite(SqliteFile { writer, other })
             }
             DatabaseUrl::Postgres(url) => {
                 // Our transactions never wait for us between statements; one that does
@@ -327,11 +349,10 @@ impl SqlStore {
         Ok(store)
     }
 
-    /// SQLite: copies the write-ahead log into the file on the pool's other connection, beside
-    /// the writer (a passive checkpoint never blocks a commit), so the next commit does not
-    /// pay for the last one's pages; at most one at a time.
+    /// SQLite: copies the write-ahead log into the file on the connection that does not
+    /// write, so the next commit does not pay for the last one's pages; at most one at a time.
     fn checkpoint(&self) {
-        let Pool::Sqlite(pool) = &self.pool else {
+        let Pool::Sqlite(SqliteFile { other: pool, .. }) = &self.pool else {
             return;
         };
         if self.checkpointing.swap(true, Ordering::AcqRel) {
@@ -441,7 +462,8 @@ impl Store for SqlStore {
 
     async fn close(&self) {
         on_pool!(self, pool => pool.close().await);
-        if let Pool::Sqlite(pool) = &self.pool {
+        if let Pool::Sqlite(SqliteFile { writer: pool, .. }) = &self.pool {
+            pool.close().await;
             // Alone on the file now: back to a rollback journal, so at rest it is a plain
             // SQLite file. Not waiting for a reader that holds it open (then it stays in WAL
             // mode, which the next start checkpoints and leaves again).
@@ -655,7 +677,7 @@ impl SqlStore {
             }};
         }
         match &self.pool {
-            Pool::Sqlite(pool) => commit!(pool, |tx| {
+            Pool::Sqlite(SqliteFile { writer: pool, .. }) => commit!(pool, |tx| {
                 values!(tx);
             }),
             Pool::Mysql(pool) => commit!(pool, |tx| {
