@@ -108,7 +108,7 @@ enum Spread {
     Global,
 }
 
-/// A settle stopped at its budget, or did not start because the imbalances were not local
+/// A settle stopped at its budget, or gave up because the imbalances were not local
 /// (see [`Flow::settle_within`]).
 #[derive(Debug)]
 pub(crate) struct OverBudget;
