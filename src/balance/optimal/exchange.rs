@@ -39,6 +39,10 @@ impl Kind {
 /// at 2,000 bots, only the pages of pairs in use ever touched); larger fleets use a hash map.
 const DENSE_LIMIT: usize = 3000;
 
+/// While a graph is built, an entry's node carries its arc kind in the bits above this.
+const KIND_SHIFT: u32 = 30;
+const NODE_MASK: u32 = (1 << KIND_SHIFT) - 1;
+
 /// Where each bot pair's arc lists are in `heads`. Slots are handed out in the order pairs
 /// first appear, so the lists a graph uses sit together rather than spread over a table of
 /// every pair.
@@ -107,10 +111,16 @@ impl Exchange {
     /// A graph holding every channel at once, as [`Exchange::insert`] would one by one:
     /// channel `c` with member nodes `members.of(c)` and home `home[c]`, on node `at[c]`
     /// (`NIL`: not in the graph). Much faster: entries are laid out by the node their channel
-    /// sits on, so every write goes to one of `width` sequential streams, and arcs are linked
-    /// one node's row of the slot table at a time; inserting in channel order missed the cache
-    /// at almost every arc.
+    /// sits on, and arcs are linked one node's row of the slot table at a time; inserting in
+    /// channel order missed the cache at almost every arc.
+    ///
+    /// Two passes. The first, in channel order, scatters each entry's channel and node (its
+    /// arc kind tagged on) to its node's row: every scattered array is one write stream per
+    /// node, and two arrays' streams still fit the cache where five did not. The second, row
+    /// by row, writes everything else in sequence: untags the node, chains a channel's
+    /// entries (they sit side by side) and links the arcs.
     pub(crate) fn with_channels(width: usize, members: &Lists, home: &[u32], at: &[u32]) -> Self {
+        assert!(width <= NODE_MASK as usize, "too many nodes to tag");
         let channels = at.len();
         let mut ex = Self::new(width, channels, 0);
         // Where each node's row of entries starts.
@@ -131,7 +141,6 @@ impl Exchange {
         ex.e_sib = vec![0; entries];
         ex.e_next = vec![0; entries];
         ex.e_prev = vec![0; entries];
-        // Holds each entry's arc kind until it is linked.
         ex.e_slot = vec![0; entries];
         for c in (0..channels).filter(|&c| at[c] != NIL) {
             let (a, h) = (at[c], home[c]);
@@ -146,52 +155,58 @@ impl Exchange {
             for (j, &m) in list.iter().enumerate() {
                 let e = base as usize + j;
                 ex.e_chan[e] = c as u32;
-                ex.e_node[e] = m;
-                ex.e_sib[e] = if j + 1 < list.len() {
-                    e as u32 + 1
-                } else {
-                    NIL
-                };
-                ex.e_slot[e] = ex.kind_of(c as u32, a, m) as u32;
+                ex.e_node[e] = m | (ex.kind_of(c as u32, a, m) as u32) << KIND_SHIFT;
             }
             if a != h {
                 ex.displace(c as u32);
             }
         }
-        // A row's slots, looked up once per row (a hash look-up in a sparse graph), after
-        // making room for all of them at once.
+        // Each node's distinct neighbours are marked in `row_slot` while its row is linked.
         let mut row_slot = vec![NIL; width];
         let mut seen = Vec::new();
-        let mut pairs = 0;
-        for a in 0..width {
-            for e in rows[a]..rows[a + 1] {
-                let m = ex.e_node[e as usize];
-                if m != a as u32 && row_slot[m as usize] == NIL {
-                    row_slot[m as usize] = 0;
-                    seen.push(m);
+        if matches!(ex.slots, Slots::Sparse(_)) {
+            // Room for every pair at once: growing a map of millions of pairs step by step
+            // would copy it again and again, and leave its peak at twice its size.
+            let mut pairs = 0;
+            for a in 0..width {
+                for e in rows[a]..rows[a + 1] {
+                    let m = ex.e_node[e as usize] & NODE_MASK;
+                    if m != a as u32 && row_slot[m as usize] == NIL {
+                        row_slot[m as usize] = 0;
+                        seen.push(m);
+                    }
+                }
+                pairs += seen.len();
+                for m in seen.drain(..) {
+                    row_slot[m as usize] = NIL;
                 }
             }
-            pairs += seen.len();
-            for m in seen.drain(..) {
-                row_slot[m as usize] = NIL;
-            }
+            ex.reserve_pairs(pairs);
         }
-        ex.reserve_pairs(pairs);
         for a in 0..width {
-            for e in rows[a]..rows[a + 1] {
-                let m = ex.e_node[e as usize];
+            let (row_start, row_end) = (rows[a], rows[a + 1]);
+            for e in row_start..row_end {
+                let i = e as usize;
+                let tagged = ex.e_node[i];
+                let m = tagged & NODE_MASK;
+                ex.e_node[i] = m;
+                ex.e_sib[i] = if e + 1 < row_end && ex.e_chan[i + 1] == ex.e_chan[i] {
+                    e + 1
+                } else {
+                    NIL
+                };
                 if m == a as u32 {
-                    ex.e_slot[e as usize] = NIL;
+                    ex.e_slot[i] = NIL;
                     continue;
                 }
                 let mut s = row_slot[m as usize];
                 if s == NIL {
-                    s = ex.slot_or_insert(a as u32, m);
+                    // Rows are linked once each, so a pair not yet seen in this row is new.
+                    s = ex.new_slot(a as u32, m);
                     row_slot[m as usize] = s;
                     seen.push(m);
                 }
-                let kind = Kind::ALL[ex.e_slot[e as usize] as usize];
-                ex.link_slot(e, s, kind);
+                ex.link_slot(e, s, Kind::ALL[(tagged >> KIND_SHIFT) as usize]);
             }
             for m in seen.drain(..) {
                 row_slot[m as usize] = NIL;
@@ -472,22 +487,25 @@ impl Exchange {
     }
 
     fn slot_or_insert(&mut self, a: u32, x: u32) -> u32 {
-        let next = self.heads.len() as u32;
-        let s = match &mut self.slots {
-            Slots::Dense(index) => {
-                let i = &mut index[a as usize * self.width + x as usize];
-                if *i == 0 {
-                    *i = next + 1;
-                }
-                *i - 1
-            }
-            Slots::Sparse(map) => *map.entry(pair_key(a, x)).or_insert(next),
-        };
-        if s == next {
-            self.heads.push([NIL; 3]);
-            self.nbrs[a as usize].push(Nbr { node: x, slot: s });
-            self.rnbrs[x as usize].push(Nbr { node: a, slot: s });
+        match self.slot(a, x) {
+            Some(s) => s,
+            None => self.new_slot(a, x),
         }
+    }
+
+    /// A slot for a pair that has none yet.
+    fn new_slot(&mut self, a: u32, x: u32) -> u32 {
+        debug_assert!(self.slot(a, x).is_none());
+        let s = self.heads.len() as u32;
+        match &mut self.slots {
+            Slots::Dense(index) => index[a as usize * self.width + x as usize] = s + 1,
+            Slots::Sparse(map) => {
+                map.insert(pair_key(a, x), s);
+            }
+        }
+        self.heads.push([NIL; 3]);
+        self.nbrs[a as usize].push(Nbr { node: x, slot: s });
+        self.rnbrs[x as usize].push(Nbr { node: a, slot: s });
         s
     }
 
@@ -640,6 +658,64 @@ mod tests {
             let mut displaced = ex.take_displaced();
             displaced.sort();
             assert_eq!(displaced, [0]);
+        }
+    }
+
+    #[test]
+    fn a_graph_built_at_once_equals_one_built_channel_by_channel() {
+        // channel: (members, home, at); NIL at: not in the graph
+        let channels: [(&[u32], u32, u32); 6] = [
+            (&[1, 2, 3], 1, 1),
+            (&[2, 3], 3, 2),
+            (&[3], 3, 3),
+            (&[1, 3], NIL, 3),
+            (&[1, 2], 1, NIL),
+            (&[2, 1], 2, 1),
+        ];
+        let mut lists = Lists::with_capacity(channels.len(), 12);
+        for (members, _, _) in channels {
+            lists.push(members.iter().copied());
+        }
+        let home: Vec<u32> = channels.iter().map(|c| c.1).collect();
+        let at: Vec<u32> = channels.iter().map(|c| c.2).collect();
+        for width in [4, DENSE_LIMIT + 1] {
+            let mut one_by_one = Exchange::new(width, channels.len(), 0);
+            for (c, (members, h, a)) in channels.into_iter().enumerate() {
+                if a != NIL {
+                    one_by_one.insert(c as u32, members, h, a);
+                }
+            }
+            let mut at_once = Exchange::with_channels(width, &lists, &home, &at);
+            for a in 0..4 {
+                assert_eq!(arcs(&at_once, a), arcs(&one_by_one, a), "node {a}");
+                assert_eq!(at_once.load(a), one_by_one.load(a));
+            }
+            for c in 0..channels.len() as u32 {
+                let members = |ex: &Exchange| {
+                    let mut m: Vec<u32> = ex.members(c).collect();
+                    m.sort();
+                    m
+                };
+                assert_eq!(members(&at_once), members(&one_by_one), "channel {c}");
+                assert_eq!(at_once.at(c), one_by_one.at(c));
+                assert_eq!(at_once.home(c), one_by_one.home(c));
+            }
+            let mut displaced = at_once.take_displaced();
+            displaced.sort();
+            assert_eq!(displaced, [1, 3, 5]);
+            // The lists stay consistent: moves re-file arcs the same way in both.
+            for ex in [&mut at_once, &mut one_by_one] {
+                ex.move_to(1, 3);
+                ex.move_to(0, 2);
+            }
+            for a in 0..4 {
+                assert_eq!(
+                    arcs(&at_once, a),
+                    arcs(&one_by_one, a),
+                    "node {a} after moves"
+                );
+            }
+            assert_eq!(arcs(&at_once, 3), [(1, Kind::Neutral), (2, Kind::Leave)]);
         }
     }
 
