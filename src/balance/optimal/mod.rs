@@ -116,6 +116,7 @@ impl State {
 
         // Step 2: least Σ load², with each bot's level.
         let beta = levels::settle_levels(&mut ex, &active);
+        ex.sort_new_pairs();
         let mut flow = Flow::from_levels(&ex, &beta, active);
 
         // Step 3: back home where the level allows it, then route the imbalances.
@@ -170,6 +171,7 @@ impl State {
         if touched.len() > index.channel_count() / 16 {
             return Err(Stale);
         }
+        self.ex.sort_new_pairs();
         self.ex.grow_channels(index.channel_count());
 
         let mut fresh = Vec::new();
@@ -228,6 +230,7 @@ impl State {
     fn solve_levels(&mut self) {
         let active = std::mem::take(&mut self.flow.active);
         let beta = levels::settle_levels(&mut self.ex, &active);
+        self.ex.sort_new_pairs();
         self.flow = Flow::from_levels(&self.ex, &beta, active);
         for c in back_home(&self.ex, &beta) {
             self.ex.move_to(c, self.ex.home(c));
