@@ -42,9 +42,9 @@ const DENSE_LIMIT: usize = 3000;
 const KIND_SHIFT: u32 = 30;
 const NODE_MASK: u32 = (1 << KIND_SHIFT) - 1;
 
-/// Where each bot pair's arc lists are in `heads`. Slots are handed out in the order pairs
-/// first appear, so the lists a graph uses sit together rather than spread over a table of
-/// every pair.
+/// Where each bot pair's arc lists are in `heads`. Slots are handed out as pairs first appear
+/// (a built graph's row by row), so the lists a graph uses sit together rather than spread
+/// over a table of every pair.
 enum Slots {
     /// Slot + 1 per pair `a × width + x`; 0 for none.
     Dense(Vec<u32>),
