@@ -19,21 +19,26 @@ pub(crate) fn settle_levels(ex: &mut Exchange, active: &[bool]) -> Vec<i64> {
     let mut frozen: Vec<bool> = active.iter().map(|&a| !a).collect();
     let mut beta = vec![0i64; width];
     let mut round = Round::new(width);
+    // The nodes not settled yet: most rounds settle a single bot of a skewed fleet, so a round
+    // that scanned every node would cost the width each time (thousands of rounds).
+    let mut unfrozen: Vec<u32> = (0..width as u32).filter(|&v| !frozen[v as usize]).collect();
     loop {
-        let unfrozen = (0..width as u32).filter(|&v| !frozen[v as usize]);
-        let Some(top) = unfrozen.clone().map(|v| ex.load(v) as i64).max() else {
+        unfrozen.retain(|&v| !frozen[v as usize]);
+        let Some(top) = unfrozen.iter().map(|&v| ex.load(v) as i64).max() else {
             break;
         };
-        if unfrozen.clone().all(|v| ex.load(v) as i64 + 2 > top) {
-            for v in unfrozen.collect::<Vec<_>>() {
+        if unfrozen.iter().all(|&v| ex.load(v) as i64 + 2 > top) {
+            for &v in &unfrozen {
                 frozen[v as usize] = true;
                 beta[v as usize] = top;
             }
             break;
         }
-        round.lower_top(ex, &frozen, top);
-        let stuck: Vec<u32> = (0..width as u32)
-            .filter(|&v| !frozen[v as usize] && ex.load(v) as i64 == top)
+        round.lower_top(ex, &frozen, &unfrozen, top);
+        let stuck: Vec<u32> = unfrozen
+            .iter()
+            .copied()
+            .filter(|&v| ex.load(v) as i64 == top)
             .collect();
         for v in round.closure(ex, &frozen, &stuck) {
             frozen[v as usize] = true;
@@ -61,15 +66,23 @@ impl Round {
         }
     }
 
+    /// Resets what the last search marked: only nodes it queued have a distance or a cursor.
+    fn clear(&mut self) {
+        for &v in &self.queue {
+            self.dist[v as usize] = NIL;
+            self.cursor[v as usize] = 0;
+        }
+        self.queue.clear();
+    }
+
     /// Max flow from the bots at `top` (one unit each) to bots at ≤ top − 2.
-    fn lower_top(&mut self, ex: &mut Exchange, frozen: &[bool], top: i64) {
+    fn lower_top(&mut self, ex: &mut Exchange, frozen: &[bool], unfrozen: &[u32], top: i64) {
         let is_target = |ex: &Exchange, v: u32| ex.load(v) as i64 + 2 <= top;
         loop {
             // Layer the graph by hop distance from the sources (Dinic).
-            self.dist.fill(NIL);
-            self.queue.clear();
-            for v in 0..ex.width() as u32 {
-                if !frozen[v as usize] && ex.load(v) as i64 == top {
+            self.clear();
+            for &v in unfrozen {
+                if ex.load(v) as i64 == top {
                     self.dist[v as usize] = 0;
                     self.queue.push(v);
                 }
@@ -97,7 +110,6 @@ impl Round {
             if !reached {
                 return;
             }
-            self.cursor.fill(0);
             for i in 0..sources {
                 let s = self.queue[i];
                 if ex.load(s) as i64 == top && self.find_path(ex, frozen, s, top) {
@@ -146,8 +158,7 @@ impl Round {
 
     /// Every unfrozen node reachable from `starts`, the starts included.
     fn closure(&mut self, ex: &Exchange, frozen: &[bool], starts: &[u32]) -> Vec<u32> {
-        self.dist.fill(NIL);
-        self.queue.clear();
+        self.clear();
         for &v in starts {
             self.dist[v as usize] = 0;
             self.queue.push(v);
