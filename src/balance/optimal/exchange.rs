@@ -167,19 +167,25 @@ impl Exchange {
         // Each node's distinct neighbours are marked in `row_slot` while its row is linked.
         let mut row_slot = vec![NIL; width];
         let mut seen = Vec::new();
+        // Lists in `seen` (marked in `row_slot`) the distinct neighbours of node `a` among its
+        // row's tagged nodes.
+        fn mark_neighbours(tagged: &[u32], a: u32, row_slot: &mut [u32], seen: &mut Vec<u32>) {
+            for &t in tagged {
+                let m = t & NODE_MASK;
+                if m != a && row_slot[m as usize] == NIL {
+                    row_slot[m as usize] = 0;
+                    seen.push(m);
+                }
+            }
+        }
         let sorted = matches!(ex.slots, Slots::Sorted(_));
         if sorted {
             // Room for every pair at once: growing millions of pairs step by step would copy
             // them again and again, and leave the peak at twice their size.
             let mut pairs = 0;
             for a in 0..width {
-                for e in rows[a]..rows[a + 1] {
-                    let m = ex.e_node[e as usize] & NODE_MASK;
-                    if m != a as u32 && row_slot[m as usize] == NIL {
-                        row_slot[m as usize] = 0;
-                        seen.push(m);
-                    }
-                }
+                let tagged = &ex.e_node[rows[a] as usize..rows[a + 1] as usize];
+                mark_neighbours(tagged, a as u32, &mut row_slot, &mut seen);
                 pairs += seen.len();
                 for m in seen.drain(..) {
                     row_slot[m as usize] = NIL;
@@ -191,13 +197,8 @@ impl Exchange {
             let (row_start, row_end) = (rows[a], rows[a + 1]);
             if sorted {
                 // The row's pairs in node order, so its neighbours come out sorted.
-                for e in row_start..row_end {
-                    let m = ex.e_node[e as usize] & NODE_MASK;
-                    if m != a as u32 && row_slot[m as usize] == NIL {
-                        row_slot[m as usize] = 0;
-                        seen.push(m);
-                    }
-                }
+                let tagged = &ex.e_node[row_start as usize..row_end as usize];
+                mark_neighbours(tagged, a as u32, &mut row_slot, &mut seen);
                 seen.sort_unstable();
                 for &m in &seen {
                     row_slot[m as usize] = ex.new_slot(a as u32, m);
