@@ -574,30 +574,47 @@ impl SqlStore {
         let empty: Arc<str> = Arc::from("");
         // In key order: every insert lands next to the previous one in the primary key's
         // B-tree, instead of at random pages (which spill the page cache on a large batch).
-        let mut rows: Vec<&ChannelWrite> = batch.writes.iter().collect();
-        rows.sort_unstable_by(|a, b| (&*a.channel, &*a.platform).cmp(&(&*b.channel, &*b.platform)));
+        let rows = in_key_order(&batch.writes);
         // The same code for SQLite and MySQL: `VALUES (...), (...)` with bound parameters.
+        // A statement's text depends only on its row count: built once per batch for the
+        // full statements (prepared once and kept by the connection) and once for the last,
+        // shorter one (not kept).
+        let statement = |rows: usize| -> Arc<str> {
+            let row = format!("(?, ?, 0, ?, ?, {list}, {list}, {created_before}?{created_after})");
+            let mut sql = String::with_capacity(head.len() + 8 + rows * (row.len() + 2) + 100);
+            sql.push_str(&head);
+            sql.push_str("VALUES ");
+            for i in 0..rows {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&row);
+            }
+            // No `_pg_mtime` here (PostgreSQL's, which takes the path below), so the text
+            // has no per-statement stamp.
+            debug_assert!(!layout.pg_mtime);
+            sql.push_str(&layout.upsert_tail(0));
+            Arc::from(sql)
+        };
+        let full_statement = (rows.len() >= per_statement).then(|| statement(per_statement));
         macro_rules! values {
             ($tx:ident) => {
                 for chunk in rows.chunks(per_statement) {
-                    let mut q = QueryBuilder::new(head.as_str());
-                    q.push_values(chunk, |mut row, w: &&ChannelWrite| {
-                        row.push_bind(w.channel.clone())
-                            .push_bind(w.platform.clone())
-                            .push("0")
-                            .push_bind(w.assignee.clone())
-                            .push_bind(guild_id(w, &empty))
-                            .push(list)
-                            .push(list)
-                            .push(created_before)
-                            .push_bind_unseparated(now_ms)
-                            .push_unseparated(created_after);
-                    });
-                    q.push(layout.upsert_tail(self.next_pg_mtime(now_ms)));
-                    // A full statement's text is the same every time: prepared once and
-                    // kept. The last, shorter one of a batch varies and is not kept.
                     let full = chunk.len() == per_statement;
-                    q.build().persistent(full).execute(&mut *$tx).await?;
+                    let sql = match &full_statement {
+                        Some(sql) if full => sql.clone(),
+                        _ => statement(chunk.len()),
+                    };
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                    for w in chunk {
+                        q = q
+                            .bind(w.channel.clone())
+                            .bind(w.platform.clone())
+                            .bind(w.assignee.clone())
+                            .bind(guild_id(w, &empty))
+                            .bind(now_ms);
+                    }
+                    q.persistent(full).execute(&mut *$tx).await?;
                 }
             };
         }
@@ -725,6 +742,26 @@ impl SqlStore {
     }
 }
 
+/// The rows in primary key order, `(id, platform)`. Sorted on the ids' first 16 bytes packed
+/// into an integer, side by side with the rows: comparing strings through their pointers
+/// missed the cache on nearly every comparison (~140 ms of a 367k-row start-up batch). Ids
+/// equal in those bytes are compared in full.
+fn in_key_order(writes: &[ChannelWrite]) -> Vec<&ChannelWrite> {
+    fn prefix(id: &str) -> u128 {
+        let mut bytes = [0u8; 16];
+        let n = id.len().min(16);
+        bytes[..n].copy_from_slice(&id.as_bytes()[..n]);
+        u128::from_be_bytes(bytes)
+    }
+    let mut keyed: Vec<(u128, &ChannelWrite)> =
+        writes.iter().map(|w| (prefix(&w.channel), w)).collect();
+    keyed.sort_unstable_by(|(pa, a), (pb, b)| {
+        pa.cmp(pb)
+            .then_with(|| (&*a.channel, &*a.platform).cmp(&(&*b.channel, &*b.platform)))
+    });
+    keyed.into_iter().map(|(_, w)| w).collect()
+}
+
 /// Whether a fenced transaction found a newer term.
 enum Fenced {
     No,
@@ -783,6 +820,41 @@ mod tests {
             .iter()
             .map(|(c, t)| (c.to_string(), t.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn rows_are_written_in_key_order() {
+        let ids = [
+            "300000001",
+            "30000000",
+            "300000000",
+            "1234567890123456789",
+            "1234567890123456",
+            "12345678901234567",
+            "1234567890123456\u{0}",
+            "",
+            "\u{0}",
+            "群",
+            "z",
+        ];
+        let writes: Vec<ChannelWrite> = ids
+            .iter()
+            .flat_map(|id| {
+                ["qq", "onebot", "discord"].map(|platform| ChannelWrite {
+                    platform: platform.into(),
+                    channel: (*id).into(),
+                    assignee: "".into(),
+                })
+            })
+            .collect();
+        let keys = |rows: Vec<&ChannelWrite>| -> Vec<(String, String)> {
+            rows.iter()
+                .map(|w| (w.channel.to_string(), w.platform.to_string()))
+                .collect()
+        };
+        let mut expected = keys(writes.iter().collect());
+        expected.sort();
+        assert_eq!(keys(in_key_order(&writes)), expected);
     }
 
     #[test]

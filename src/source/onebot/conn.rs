@@ -215,7 +215,7 @@ impl Conn {
         action: &str,
         params: Value,
         timeout: Duration,
-    ) -> Result<Value, CallError> {
+    ) -> Result<protocol::Data, CallError> {
         let echo = format!("aa-{}", self.next_echo.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(echo.clone(), tx);

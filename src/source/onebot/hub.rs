@@ -351,7 +351,14 @@ impl Hub {
                     let timeout = self.settings.action_timeout.get().min(ADMIN_PROBE_TIMEOUT);
                     let asked = conn.call("get_group_member_info", params, timeout).await;
                     let role = asked.ok().and_then(|a| {
-                        match a.get("role")?.as_str()?.trim().to_lowercase().as_str() {
+                        match a
+                            .value()
+                            .get("role")?
+                            .as_str()?
+                            .trim()
+                            .to_lowercase()
+                            .as_str()
+                        {
                             "admin" | "owner" => Some(true),
                             "member" => Some(false),
                             _ => None,

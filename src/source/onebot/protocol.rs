@@ -5,7 +5,12 @@
 //! strings; both become decimal strings here. Fields this source does not need are ignored,
 //! whatever they contain.
 
-use serde_json::{Value, json};
+use std::fmt;
+
+use serde::Deserializer;
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
 
 use crate::logs::cut;
 
@@ -27,7 +32,7 @@ pub struct Response {
     pub echo: Value,
     pub ok: bool,
     pub retcode: i64,
-    pub data: Value,
+    pub data: Data,
     /// The implementation's explanation (`message` / `wording`, NapCat), if any.
     pub message: String,
 }
@@ -76,15 +81,96 @@ impl std::fmt::Display for FrameError {
     }
 }
 
+/// An action's answer `data`, kept as its JSON text until its reader asks: a group list of
+/// thousands of entries is read straight into ids ([`group_ids`]), never built into a tree.
+#[derive(Debug, Clone)]
+pub struct Data(Box<RawValue>);
+
+impl Data {
+    /// As a JSON tree (for the small answers: login, status, member info).
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for Data {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+/// The top-level fields any event or response this source reads can use; others are skipped
+/// unread, and `data` is kept as text.
+const FIELDS: &[&str] = &[
+    "post_type",
+    "meta_event_type",
+    "notice_type",
+    "sub_type",
+    "self_id",
+    "user_id",
+    "group_id",
+    "interval",
+    "status",
+    "message",
+    "tag",
+    "echo",
+    "retcode",
+    "wording",
+    "msg",
+];
+
+/// A frame's top level (an object): the fields of [`FIELDS`] as values, `data` as text.
+struct Envelope {
+    fields: Map<String, Value>,
+    data: Option<Box<RawValue>>,
+}
+
+impl<'de> serde::Deserialize<'de> for Envelope {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+        let mut fields = Map::new();
+        let mut data = None;
+        // A repeated key keeps its last value, as a JSON tree would.
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "data" {
+                data = Some(map.next_value::<Box<RawValue>>()?);
+            } else if FIELDS.contains(&key.as_str()) {
+                fields.insert(key, map.next_value::<Value>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Envelope { fields, data })
+    }
+}
+
 /// Parses one text frame.
 pub fn parse(text: &str) -> Result<Frame, FrameError> {
-    let mut value: Value =
-        serde_json::from_str(text).map_err(|e| FrameError(format!("malformed JSON: {e}")))?;
-    let Value::Object(obj) = &mut value else {
-        return Err(FrameError("frame is not a JSON object".to_owned()));
-    };
+    let Envelope {
+        fields: mut obj,
+        data,
+    } = serde_json::from_str(text).map_err(|e| {
+        FrameError(match e.classify() {
+            // Well-formed up to where it turned out not to be an object.
+            serde_json::error::Category::Data => "frame is not a JSON object".to_owned(),
+            _ => format!("malformed JSON: {e}"),
+        })
+    })?;
     if obj.contains_key("post_type") {
-        return parse_event(&value).map(Frame::Event);
+        return parse_event(&Value::Object(obj)).map(Frame::Event);
     }
     if obj.contains_key("echo") || obj.contains_key("retcode") {
         let retcode = obj.get("retcode").and_then(Value::as_i64).unwrap_or(-1);
@@ -96,12 +182,12 @@ pub fn parse(text: &str) -> Result<Frame, FrameError> {
             .unwrap_or("")
             .to_owned();
         let ok = retcode == 0 && (status == "ok" || status.is_empty());
-        // Taken, not copied: `data` can be a group list of thousands of entries.
+        let null = || RawValue::from_string("null".to_owned()).expect("valid JSON");
         return Ok(Frame::Response(Response {
             echo: obj.remove("echo").unwrap_or(Value::Null),
             ok,
             retcode,
-            data: obj.remove("data").unwrap_or(Value::Null),
+            data: Data(data.unwrap_or_else(null)),
             message,
         }));
     }
@@ -180,20 +266,142 @@ pub fn id(v: &Value, key: &str) -> Result<String, FrameError> {
 }
 
 /// The group ids of a `get_group_list` answer, and how many entries were not groups (no
-/// positive `group_id`): those are left out, not fatal.
-pub fn group_ids(data: &Value) -> Result<(Vec<String>, usize), FrameError> {
-    let list = data
-        .as_array()
-        .ok_or_else(|| FrameError("get_group_list: data is not a list".to_owned()))?;
-    let mut groups = Vec::with_capacity(list.len());
-    let mut bad = 0;
-    for g in list {
-        match id(g, "group_id") {
-            Ok(id) => groups.push(id),
-            Err(_) => bad += 1,
-        }
-    }
+/// positive `group_id`): those are left out, not fatal. Read from the answer's text in one
+/// pass: only `group_id` is looked at, every other field is skipped unread.
+pub fn group_ids(data: &Data) -> Result<(Vec<String>, usize), FrameError> {
+    let not_a_list = || FrameError("get_group_list: data is not a list".to_owned());
+    let mut de = serde_json::Deserializer::from_str(data.0.get());
+    let GroupList(list) = serde::Deserialize::deserialize(&mut de).map_err(|_| not_a_list())?;
+    let list = list.ok_or_else(not_a_list)?;
+    let bad = list.iter().filter(|g| g.is_none()).count();
+    let groups = list.into_iter().flatten().map(|g| g.to_string()).collect();
     Ok((groups, bad))
+}
+
+/// A group list: `None` when it is not a list; an entry is `None` when it has no positive
+/// `group_id`.
+struct GroupList(Option<Vec<Option<i64>>>);
+
+/// One entry's `group_id`, if it is a positive id (as [`id`] reads it).
+struct GroupEntry(Option<i64>);
+
+/// A `group_id` value: int64 or a numeric string, positive.
+struct GroupId(Option<i64>);
+
+impl<'de> serde::Deserialize<'de> for GroupList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(AnyOf(|v| match v {
+            Seen::Seq(entries) => GroupList(Some(entries)),
+            _ => GroupList(None),
+        }))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GroupEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(AnyOf(|v| match v {
+            Seen::Map(group) => GroupEntry(group),
+            _ => GroupEntry(None),
+        }))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GroupId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(AnyOf(|v| {
+            GroupId(match v {
+                Seen::Int(n) => Some(n),
+                Seen::Str(n) => n,
+                _ => None,
+            })
+            .positive()
+        }))
+    }
+}
+
+impl GroupId {
+    fn positive(self) -> Self {
+        GroupId(self.0.filter(|&n| n > 0))
+    }
+}
+
+/// A group entry's key, told apart without allocating.
+#[derive(serde::Deserialize, PartialEq)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum EntryKey {
+    GroupId,
+    #[serde(other)]
+    Other,
+}
+
+/// What [`AnyOf`] met, reduced to what the group list readers need.
+enum Seen {
+    /// A list's entries, read as group entries.
+    Seq(Vec<Option<i64>>),
+    /// An object's `group_id`, if positive.
+    Map(Option<i64>),
+    /// An integer in the int64 range.
+    Int(i64),
+    /// A string, as an int64 if it is one.
+    Str(Option<i64>),
+    /// Anything else.
+    Other,
+}
+
+/// One visitor for the three readers above: it reads any JSON value and hands what it saw to
+/// the reader's function.
+struct AnyOf<F>(F);
+
+impl<'de, T, F: FnOnce(Seen) -> T> Visitor<'de> for AnyOf<F> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(GroupEntry(group)) = seq.next_element()? {
+            entries.push(group);
+        }
+        Ok((self.0)(Seen::Seq(entries)))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        let mut group = None;
+        while let Some(key) = map.next_key::<EntryKey>()? {
+            if key == EntryKey::GroupId {
+                group = map.next_value::<GroupId>()?.0;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok((self.0)(Seen::Map(group)))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<T, E> {
+        Ok((self.0)(Seen::Int(n)))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<T, E> {
+        Ok((self.0)(i64::try_from(n).map_or(Seen::Other, Seen::Int)))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+        Ok((self.0)(Seen::Str(s.parse().ok())))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<T, E> {
+        Ok((self.0)(Seen::Other))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<T, E> {
+        Ok((self.0)(Seen::Other))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<T, E> {
+        Ok((self.0)(Seen::Other))
+    }
 }
 
 /// Pallas's health rule for a `get_status` answer: not logged out and not reported bad.
@@ -268,21 +476,46 @@ mod tests {
         for bad in ["", "{", "[]", "42", r#"{"hello":1}"#, "\u{0}\u{1}"] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
+        for not_an_object in ["[1, {}]", "42", "\"x\"", "null", "true"] {
+            assert_eq!(
+                parse(not_an_object).unwrap_err().to_string(),
+                "frame is not a JSON object"
+            );
+        }
+        // A repeated key counts once, with its last value; `data` is kept as text.
+        let twice = r#"{"retcode":1,"retcode":0,"status":"ok","data":{"a":[1, 2]},"echo":"e"}"#;
+        let Frame::Response(r) = parse(twice).unwrap() else {
+            panic!()
+        };
+        assert!(r.ok);
+        assert_eq!(r.data.value(), json!({"a": [1, 2]}));
         let bad_id = r#"{"post_type":"notice","notice_type":"group_increase","self_id":1,"user_id":1,"group_id":"12a"}"#;
         assert!(parse(bad_id).is_err());
     }
 
     #[test]
     fn group_lists_and_status() {
-        let data = json!([{"group_id": 100001, "group_name": "a"}, {"group_id": "100002"},
+        let list = json!([{"group_id": 100001, "group_name": "a"}, {"group_id": "100002"},
             {"group_id": 0}, {"group_id": -9223372036854775808i64}, {"group_id": "-5"}, {"x": 1}]);
-        let (groups, bad) = group_ids(&data).unwrap();
+        let data = |v: Value| Data(RawValue::from_string(v.to_string()).unwrap());
+        let (groups, bad) = group_ids(&data(list)).unwrap();
         assert_eq!(groups, ["100001", "100002"]);
         assert_eq!(bad, 4);
         let huge = json!({"group_id": "9".repeat(300_000)});
         let e = id(&huge, "group_id").unwrap_err().to_string();
         assert!(e.len() < 300 && e.ends_with("bytes)"), "{e}");
-        assert!(group_ids(&json!({"group_id": 1})).is_err());
+        assert!(group_ids(&data(json!({"group_id": 1}))).is_err());
+        // Read as a JSON tree would be: every kind of value, nested fields skipped, the last
+        // of a repeated key.
+        let list = r#"[{"group_id": 1.5}, {"group_id": 18446744073709551615}, {"group_id": true},
+            {"group_id": null}, {"group_id": [7]}, {"group_id": {"group_id": 7}}, 7, "7", null,
+            [{"group_id": 7}], {"x": {"group_id": 7, "y": [1, {"z": "q"}]}, "group_id": "8"},
+            {"group_id": 5, "group_id": 9}, {"group_id": 9, "group_id": "x"}]"#;
+        let raw = Data(RawValue::from_string(list.to_owned()).unwrap());
+        assert_eq!(group_ids(&raw).unwrap(), (vec!["8".into(), "9".into()], 11));
+        for not_a_list in [json!(null), json!("[]"), json!({"data": []})] {
+            assert!(group_ids(&data(not_a_list)).is_err());
+        }
         assert!(status_healthy(&json!({"online": true, "good": true})));
         assert!(status_healthy(&json!({"online": null, "good": true})));
         assert!(!status_healthy(&json!({"online": false, "good": true})));

@@ -100,7 +100,7 @@ async fn run_inner(
     } = start;
     let timeout = hub.settings.action_timeout.get();
     let login = match conn.call("get_login_info", json!({}), timeout).await {
-        Ok(login) => login,
+        Ok(login) => login.value(),
         Err(error) => {
             return Err(match conn.rejected() {
                 Some(retcode) => SessionError::Rejected(retcode),
@@ -462,7 +462,7 @@ impl Session {
         let _slot = hub.probe_slots.acquire().await;
         let timeout = self.hub.settings.health.probe_timeout.get();
         let healthy = match self.conn.call("get_status", json!({}), timeout).await {
-            Ok(data) => protocol::status_healthy(&data),
+            Ok(data) => protocol::status_healthy(&data.value()),
             Err(e) => {
                 warn!("{}: get_status {e}", self.conn.label());
                 false
