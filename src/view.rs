@@ -4,11 +4,10 @@
 //! "should this bot handle this message?" needs no database or Redis round trip.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use rustc_hash::FxHashMap;
 use tokio::sync::broadcast;
 
 use crate::model::split_key;

@@ -350,15 +350,9 @@ impl Hub {
                     let params = serde_json::json!({"group_id": group.parse::<i64>().ok()?, "user_id": bot.parse::<i64>().ok()?});
                     let timeout = self.settings.action_timeout.get().min(ADMIN_PROBE_TIMEOUT);
                     let asked = conn.call("get_group_member_info", params, timeout).await;
-                    let role = asked.ok().and_then(|a| {
-                        match a
-                            .value()
-                            .get("role")?
-                            .as_str()?
-                            .trim()
-                            .to_lowercase()
-                            .as_str()
-                        {
+                    let answer = asked.ok().map(|a| a.value());
+                    let role = answer.and_then(|a| {
+                        match a.get("role")?.as_str()?.trim().to_lowercase().as_str() {
                             "admin" | "owner" => Some(true),
                             "member" => Some(false),
                             _ => None,
