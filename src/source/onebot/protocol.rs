@@ -250,19 +250,26 @@ fn parse_event(v: &Value) -> Result<Event, FrameError> {
 /// A positive id field as a decimal string (int64 or numeric string): QQ numbers and group
 /// numbers are never zero or negative.
 pub fn id(v: &Value, key: &str) -> Result<String, FrameError> {
-    let n = match v.get(key) {
-        Some(Value::Number(n)) => n.as_i64(),
-        Some(Value::String(s)) => s.parse::<i64>().ok(),
-        Some(_) => None,
-        None => return Err(FrameError(format!("`{key}` is missing"))),
+    let Some(field) = v.get(key) else {
+        return Err(FrameError(format!("`{key}` is missing")));
     };
-    match n {
-        Some(n) if n > 0 => Ok(n.to_string()),
-        _ => {
-            let shown = v.get(key).map(Value::to_string).unwrap_or_default();
-            Err(FrameError(format!("`{key}` is not an id: {}", cut(&shown))))
-        }
+    match positive_id(field) {
+        Some(n) => Ok(n.to_string()),
+        None => Err(FrameError(format!(
+            "`{key}` is not an id: {}",
+            cut(&field.to_string())
+        ))),
     }
+}
+
+/// An id value's number, if it is one: int64 or a numeric string, positive.
+fn positive_id(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse::<i64>().ok(),
+        _ => None,
+    }
+    .filter(|&n| n > 0)
 }
 
 /// The group ids of a `get_group_list` answer, and how many entries were not groups (no
@@ -282,11 +289,8 @@ pub fn group_ids(data: &Data) -> Result<(Vec<String>, usize), FrameError> {
 /// `group_id`.
 struct GroupList(Option<Vec<Option<i64>>>);
 
-/// One entry's `group_id`, if it is a positive id (as [`id`] reads it).
+/// One entry's `group_id`, if it is a positive id ([`positive_id`]).
 struct GroupEntry(Option<i64>);
-
-/// A `group_id` value: int64 or a numeric string, positive.
-struct GroupId(Option<i64>);
 
 impl<'de> serde::Deserialize<'de> for GroupList {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -306,25 +310,6 @@ impl<'de> serde::Deserialize<'de> for GroupEntry {
     }
 }
 
-impl<'de> serde::Deserialize<'de> for GroupId {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(AnyOf(|v| {
-            GroupId(match v {
-                Seen::Int(n) => Some(n),
-                Seen::Str(n) => n,
-                _ => None,
-            })
-            .positive()
-        }))
-    }
-}
-
-impl GroupId {
-    fn positive(self) -> Self {
-        GroupId(self.0.filter(|&n| n > 0))
-    }
-}
-
 /// A group entry's key, told apart without allocating.
 #[derive(serde::Deserialize, PartialEq)]
 #[serde(field_identifier, rename_all = "snake_case")]
@@ -340,16 +325,12 @@ enum Seen {
     Seq(Vec<Option<i64>>),
     /// An object's `group_id`, if positive.
     Map(Option<i64>),
-    /// An integer in the int64 range.
-    Int(i64),
-    /// A string, as an int64 if it is one.
-    Str(Option<i64>),
     /// Anything else.
     Other,
 }
 
-/// One visitor for the three readers above: it reads any JSON value and hands what it saw to
-/// the reader's function.
+/// One visitor for both readers above: it reads any JSON value and hands what it saw to the
+/// reader's function.
 struct AnyOf<F>(F);
 
 impl<'de, T, F: FnOnce(Seen) -> T> Visitor<'de> for AnyOf<F> {
@@ -371,7 +352,8 @@ impl<'de, T, F: FnOnce(Seen) -> T> Visitor<'de> for AnyOf<F> {
         let mut group = None;
         while let Some(key) = map.next_key::<EntryKey>()? {
             if key == EntryKey::GroupId {
-                group = map.next_value::<GroupId>()?.0;
+                // A number or a short string: the same rule as every other id, no tree.
+                group = positive_id(&map.next_value::<Value>()?);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -379,19 +361,19 @@ impl<'de, T, F: FnOnce(Seen) -> T> Visitor<'de> for AnyOf<F> {
         Ok((self.0)(Seen::Map(group)))
     }
 
-    fn visit_i64<E: de::Error>(self, n: i64) -> Result<T, E> {
-        Ok((self.0)(Seen::Int(n)))
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<T, E> {
+        Ok((self.0)(Seen::Other))
     }
 
-    fn visit_u64<E: de::Error>(self, n: u64) -> Result<T, E> {
-        Ok((self.0)(i64::try_from(n).map_or(Seen::Other, Seen::Int)))
-    }
-
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
-        Ok((self.0)(Seen::Str(s.parse().ok())))
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<T, E> {
+        Ok((self.0)(Seen::Other))
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<T, E> {
+        Ok((self.0)(Seen::Other))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<T, E> {
         Ok((self.0)(Seen::Other))
     }
 
