@@ -228,6 +228,9 @@ pub struct PlatformIndex {
     members: Vec<Members>,
     assignee: Vec<BotIx>,
     load: Vec<u32>,
+    /// Channels nobody is in and nobody is assigned, counted as they change: the engine asks
+    /// after every plan, and a scan of every channel cost more than the rest of its work.
+    forgettable: usize,
     assignee_version: u64,
     journal: Journal,
 }
@@ -243,6 +246,7 @@ impl PlatformIndex {
             members: Vec::new(),
             assignee: Vec::new(),
             load: Vec::new(),
+            forgettable: 0,
             assignee_version: 0,
             journal: Journal::default(),
         }
@@ -334,6 +338,7 @@ impl PlatformIndex {
         }
         self.members.push(Members::new());
         self.assignee.push(UNASSIGNED);
+        self.forgettable += 1;
         Ok(ix)
     }
 
@@ -350,6 +355,9 @@ impl PlatformIndex {
         if members.contains(&bot) {
             return false;
         }
+        if members.is_empty() && self.assignee[channel as usize] == UNASSIGNED {
+            self.forgettable -= 1;
+        }
         members.push(bot);
         self.bot_channels[bot as usize].push(channel);
         self.note_channel(channel);
@@ -363,6 +371,9 @@ impl PlatformIndex {
             return false;
         };
         members.remove(pos);
+        if members.is_empty() && self.assignee[channel as usize] == UNASSIGNED {
+            self.forgettable += 1;
+        }
         let list = &mut self.bot_channels[bot as usize];
         if let Some(pos) = list.iter().position(|&c| c == channel) {
             list.swap_remove(pos);
@@ -419,6 +430,13 @@ impl PlatformIndex {
         if let Some(new) = bot {
             self.load[new as usize] += 1;
         }
+        if self.members[channel as usize].is_empty() {
+            match (self.assignee[channel as usize] == UNASSIGNED, bot.is_none()) {
+                (true, false) => self.forgettable -= 1,
+                (false, true) => self.forgettable += 1,
+                _ => {}
+            }
+        }
         self.assignee[channel as usize] = bot.unwrap_or(UNASSIGNED);
         self.assignee_version += 1;
     }
@@ -432,9 +450,13 @@ impl PlatformIndex {
     /// Channels nobody is in and nobody is assigned: kept only because ids are never reused
     /// in place. [`PlatformIndex::compact`] forgets them.
     pub fn forgettable_channels(&self) -> usize {
-        (0..self.channels.len())
-            .filter(|&c| self.members[c].is_empty() && self.assignee[c] == UNASSIGNED)
-            .count()
+        debug_assert_eq!(
+            self.forgettable,
+            (0..self.channels.len())
+                .filter(|&c| self.members[c].is_empty() && self.assignee[c] == UNASSIGNED)
+                .count()
+        );
+        self.forgettable
     }
 
     /// Rebuilds the index without the channels nobody is in or assigned and without the bots
@@ -478,6 +500,8 @@ impl PlatformIndex {
                 fresh.load[b as usize] += 1;
             }
         }
+        // Every channel kept has a member or an assignee.
+        fresh.forgettable = 0;
         fresh.assignee_version = self.assignee_version + 1;
         fresh.journal.overflow = true;
         *self = fresh;
@@ -649,6 +673,36 @@ mod tests {
         let one = p.find_bot("1").unwrap();
         assert_eq!(p.members(p.find_channel("a").unwrap()), [one]);
         assert_eq!(p.channels_of(one), [p.find_channel("a").unwrap()]);
+    }
+
+    /// The count kept as channels change equals a count of every channel (which
+    /// `forgettable_channels` also checks in debug builds).
+    #[test]
+    fn forgettable_channels_are_counted_as_they_change() {
+        let mut p = PlatformIndex::new("onebot");
+        let a = p.add_channel("a");
+        let bot = p.add_bot("1");
+        assert_eq!(p.forgettable_channels(), 1);
+        assert!(p.join(bot, a));
+        assert!(!p.join(bot, a));
+        assert_eq!(p.forgettable_channels(), 0);
+        p.set_assignee(a, Some(bot));
+        assert!(p.leave(bot, a));
+        assert!(!p.leave(bot, a));
+        assert_eq!(p.forgettable_channels(), 0, "assigned: kept");
+        p.set_assignee(a, Some(bot));
+        assert_eq!(p.forgettable_channels(), 0);
+        p.set_assignee(a, None);
+        assert_eq!(p.forgettable_channels(), 1);
+        p.set_assignee(a, None);
+        assert_eq!(p.forgettable_channels(), 1);
+        p.bot_online("1", &["a", "b"]);
+        assert_eq!(p.forgettable_channels(), 0);
+        p.bot_online("1", &["b"]);
+        assert_eq!(p.forgettable_channels(), 1);
+        p.compact(|_| false);
+        assert_eq!(p.forgettable_channels(), 0);
+        assert_eq!(p.channel_count(), 1);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! `auto-assign bench --onebot`: the service as operators run it, against simulated bots over
 //! loopback. Starts N simulated bots (forward WebSocket servers) with G groups each, starts
-//! `auto-assign serve` as a child process on a fresh SQLite file, and measures the time from
-//! its start to the first assignment committed, its peak RSS, and the time from one bot's
-//! `bot_offline` notice to the rebalance that moves its groups being committed (trigger delays
-//! set to 0, so this is detection + planning + the write).
+//! `auto-assign serve` as a child process on a fresh SQLite file (the default one,
+//! `data/auto-assign.db` beside the config), and measures the time from its start to the first
+//! assignment committed, its peak RSS, and the time from one bot's `bot_offline` notice to the
+//! rebalance that moves its groups being committed (trigger delays set to 0, so this is
+//! detection + planning + the write).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -56,7 +57,6 @@ async fn bench(bots: usize, groups_per_bot: usize, seed: u64) -> anyhow::Result<
     let config = format!(
         "balanceInterval: 3600
 triggerDelays: {{startup: 0, botStatus: 0, botOnline: 0, botOffline: 0, channelJoined: 0, channelLeft: 0}}
-database: {{url: \"sqlite://state.db\"}}
 sources:
   onebot:
     actionTimeout: 60
@@ -67,7 +67,8 @@ sources:
     );
     let config_path = dir.join("config.yaml");
     std::fs::write(&config_path, config)?;
-    let db = dir.join("state.db");
+    // The embedded default database: `data/auto-assign.db` beside the config file.
+    let db = dir.join("data").join("auto-assign.db");
 
     let started = Instant::now();
     let mut child = TermOnDrop(

@@ -13,9 +13,10 @@
 //! is missing, and the values written follow the [`Layout`] read back from the database at
 //! connect (and again after a rejected write), whoever created the table.
 
+use std::collections::HashMap;
 use std::str::FromStr as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -58,8 +59,9 @@ pub struct SqlStore {
     mtime_counter: Arc<AtomicU8>,
     /// `createdAt` of new rows, and `_pg_mtime`.
     clock: Clock,
-    /// SQLite: a checkpoint of the write-ahead log is running beside the writer.
-    checkpointing: Arc<AtomicBool>,
+    /// SQLite: commits whose checkpoint of the write-ahead log is still to run; non-zero
+    /// while the checkpointing task runs (it goes again for the commits made meanwhile).
+    checkpoints_wanted: Arc<AtomicU64>,
 }
 
 #[derive(Clone, Debug)]
@@ -338,7 +340,7 @@ impl SqlStore {
             layout: Arc::new(Mutex::new(Layout::koishi(Backend::Sqlite))),
             mtime_counter: Arc::default(),
             clock,
-            checkpointing: Arc::default(),
+            checkpoints_wanted: Arc::default(),
         };
         let layout = store
             .read_layout()
@@ -350,23 +352,36 @@ impl SqlStore {
     }
 
     /// SQLite: copies the write-ahead log into the file on the connection that does not
-    /// write, so the next commit does not pay for the last one's pages; at most one at a time.
+    /// write, so the next commit does not pay for the last one's pages. One checkpoint at a
+    /// time; a commit made while one runs gets another right after it. Without that, the
+    /// frames of a commit that came during the start-up's long checkpoint stayed in the log:
+    /// SQLite starts the log over only once all of it is in the file, so every later commit
+    /// appended to an ever longer log (new file blocks, not cached pages), and took longer.
     fn checkpoint(&self) {
         let Pool::Sqlite(SqliteFile { other: pool, .. }) = &self.pool else {
             return;
         };
-        if self.checkpointing.swap(true, Ordering::AcqRel) {
+        if self.checkpoints_wanted.fetch_add(1, Ordering::AcqRel) > 0 {
             return;
         }
-        let (pool, running) = (pool.clone(), self.checkpointing.clone());
+        let (pool, wanted) = (pool.clone(), self.checkpoints_wanted.clone());
         tokio::spawn(async move {
-            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(&pool)
-                .await
-            {
-                tracing::debug!("SQLite checkpoint: {e}");
+            loop {
+                let covered = wanted.load(Ordering::Acquire);
+                if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                    .execute(&pool)
+                    .await
+                {
+                    tracing::debug!("SQLite checkpoint: {e}");
+                }
+                // Done unless a commit asked for one while this one ran.
+                if wanted
+                    .compare_exchange(covered, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    break;
+                }
             }
-            running.store(false, Ordering::Release);
         });
     }
 
@@ -570,51 +585,58 @@ impl SqlStore {
         let (created_before, created_after) = layout.created_at();
         let returning = layout.backend == Backend::Postgres;
         let per_statement = rows_per_statement(layout.backend);
-        // Binding shared strings copies no text (SQLite keeps the `Arc`).
-        let empty: Arc<str> = Arc::from("");
         // In key order: every insert lands next to the previous one in the primary key's
         // B-tree, instead of at random pages (which spill the page cache on a large batch).
         let rows = in_key_order(&batch.writes);
         // The same code for SQLite and MySQL: `VALUES (...), (...)` with bound parameters.
-        // A statement's text depends only on its row count: built once per batch for the
-        // full statements (prepared once and kept by the connection) and once for the last,
-        // shorter one (not kept).
-        let statement = |rows: usize| -> Arc<str> {
-            let row = format!("(?, ?, 0, ?, ?, {list}, {list}, {created_before}?{created_after})");
-            let mut sql = String::with_capacity(head.len() + 8 + rows * (row.len() + 2) + 100);
-            sql.push_str(&head);
-            sql.push_str("VALUES ");
-            for i in 0..rows {
-                if i > 0 {
-                    sql.push_str(", ");
+        // A statement's text depends only on its row count, and the connection prepares each
+        // text once and keeps it: full statements, then the rest in powers of two
+        // ([`statement_sizes`]), so every batch reuses the same few prepared statements.
+        let mut texts: HashMap<usize, Arc<str>> = HashMap::new();
+        let mut statement = |rows: usize| -> Arc<str> {
+            let text = texts.entry(rows).or_insert_with(|| {
+                let row =
+                    format!("(?, ?, 0, ?, ?, {list}, {list}, {created_before}?{created_after})");
+                let mut sql = String::with_capacity(head.len() + 8 + rows * (row.len() + 2) + 100);
+                sql.push_str(&head);
+                sql.push_str("VALUES ");
+                for i in 0..rows {
+                    if i > 0 {
+                        sql.push_str(", ");
+                    }
+                    sql.push_str(&row);
                 }
-                sql.push_str(&row);
-            }
-            // No `_pg_mtime` here (PostgreSQL's, which takes the path below), so the text
-            // has no per-statement stamp.
-            debug_assert!(!layout.pg_mtime);
-            sql.push_str(&layout.upsert_tail(0));
-            Arc::from(sql)
+                // No `_pg_mtime` here (PostgreSQL's, which takes the path below), so the text
+                // has no per-statement stamp.
+                debug_assert!(!layout.pg_mtime);
+                sql.push_str(&layout.upsert_tail(0));
+                Arc::from(sql)
+            });
+            text.clone()
         };
-        let full_statement = (rows.len() >= per_statement).then(|| statement(per_statement));
+        // Binding shared strings copies them once, into SQLite (no `String` on our side).
+        let empty: Arc<str> = Arc::from("");
         macro_rules! values {
             ($tx:ident) => {
-                for chunk in rows.chunks(per_statement) {
-                    let full = chunk.len() == per_statement;
-                    let sql = match &full_statement {
-                        Some(sql) if full => sql.clone(),
-                        _ => statement(chunk.len()),
-                    };
-                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                let mut rest = &rows[..];
+                for size in statement_sizes(rows.len(), per_statement) {
+                    let (chunk, after) = rest.split_at(size);
+                    rest = after;
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(statement(size)));
                     for w in chunk {
+                        let guild = if guild_is_channel(&w.platform) {
+                            &w.channel
+                        } else {
+                            &empty
+                        };
                         q = q
                             .bind(w.channel.clone())
                             .bind(w.platform.clone())
                             .bind(w.assignee.clone())
-                            .bind(guild_id(w, &empty))
+                            .bind(guild.clone())
                             .bind(now_ms);
                     }
-                    q.persistent(full).execute(&mut *$tx).await?;
+                    q.execute(&mut *$tx).await?;
                 }
             };
         }
@@ -726,7 +748,7 @@ impl SqlStore {
                         .bind(column(|w| &w.platform))
                         .bind(column(|w| &w.assignee))
                         .bind(column(|w| {
-                            if &*w.platform == "onebot" {
+                            if guild_is_channel(&w.platform) {
                                 &w.channel
                             } else {
                                 ""
@@ -740,6 +762,21 @@ impl SqlStore {
             }),
         }
     }
+}
+
+/// The row counts of the statements that write `rows` rows: as many full statements as fit,
+/// then the rest in descending powers of two. A statement of exactly the rest was parsed and
+/// planned anew for every batch (~3.5 ms of a bot-offline re-plan's 20 ms of statements, for
+/// 1,850 rows); these few sizes are prepared once per connection and kept.
+fn statement_sizes(rows: usize, per_statement: usize) -> impl Iterator<Item = usize> {
+    let full = rows / per_statement;
+    let rest = rows % per_statement;
+    std::iter::repeat_n(per_statement, full).chain(
+        (0..usize::BITS)
+            .rev()
+            .map(|bit| 1usize << bit)
+            .filter(move |size| rest & size != 0),
+    )
 }
 
 /// The rows in primary key order, `(id, platform)`. Sorted on the ids' first 16 bytes packed
@@ -771,12 +808,8 @@ enum Fenced {
 
 /// OneBot groups have `guildId = id`, as Koishi's OneBot adapter sets it; other platforms are
 /// left for Koishi to fill in on the next message.
-fn guild_id(w: &ChannelWrite, empty: &Arc<str>) -> Arc<str> {
-    if &*w.platform == "onebot" {
-        w.channel.clone()
-    } else {
-        empty.clone()
-    }
+fn guild_is_channel(platform: &str) -> bool {
+    platform == "onebot"
 }
 
 /// One platform of one rebalance, from the history tables (`GET /v1/history`).
@@ -821,6 +854,30 @@ mod tests {
             .iter()
             .map(|(c, t)| (c.to_string(), t.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn statements_cover_every_row_once_in_few_sizes() {
+        for per_statement in [1, 7, 6_553] {
+            for rows in [0, 1, 6, 7, 8, 1_850, 6_553, 6_554, 367_649] {
+                let sizes: Vec<usize> = statement_sizes(rows, per_statement).collect();
+                assert_eq!(
+                    sizes.iter().sum::<usize>(),
+                    rows,
+                    "{rows} rows, {per_statement} per statement"
+                );
+                assert!(sizes.iter().all(|&n| n > 0 && n <= per_statement));
+                // Full ones first, then distinct powers of two, largest first.
+                let rest = &sizes[rows / per_statement..];
+                assert!(
+                    sizes[..rows / per_statement]
+                        .iter()
+                        .all(|&n| n == per_statement)
+                );
+                assert!(rest.iter().all(|n| n.is_power_of_two()));
+                assert!(rest.windows(2).all(|w| w[0] > w[1]));
+            }
+        }
     }
 
     #[test]
@@ -895,6 +952,49 @@ mod tests {
 
     /// A real SQLite file: a term's writes land until a newer term has written; then they
     /// are refused whole (no row, no history record), and the newer term's go on.
+    /// A commit made while the last one's checkpoint runs is checkpointed too, so once the
+    /// store is idle the whole log is in the file and the next commit starts the log over
+    /// instead of appending to it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commits_during_a_checkpoint_are_checkpointed_too() {
+        let dir = std::env::temp_dir().join(format!("aa-checkpoint-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let url = DatabaseUrl::Sqlite(dir.join("x.db"));
+        let store = SqlStore::connect(&url, Clock::system()).await.unwrap();
+        let batch = |from: usize, rows: usize, bot: &str| Batch {
+            writes: (from..from + rows)
+                .map(|c| ChannelWrite {
+                    platform: "onebot".into(),
+                    channel: format!("{}", 300_000_000 + c).into(),
+                    assignee: bot.into(),
+                })
+                .collect(),
+            runs: vec![],
+        };
+        let idle = || async {
+            while store.checkpoints_wanted.load(Ordering::Acquire) != 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        let log = dir.join("x.db-wal");
+        // A long checkpoint (thousands of pages), and a commit right behind it.
+        store.commit(&batch(0, 200_000, "1"), None).await.unwrap();
+        store.commit(&batch(0, 5_000, "2"), None).await.unwrap();
+        idle().await;
+        let size = std::fs::metadata(&log).unwrap().len();
+        // Everything is in the file: the next commits write the log from its start.
+        for bot in ["3", "4"] {
+            store
+                .commit(&batch(100_000, 5_000, bot), None)
+                .await
+                .unwrap();
+            idle().await;
+            assert_eq!(std::fs::metadata(&log).unwrap().len(), size, "the log grew");
+        }
+        store.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[tokio::test]
     async fn stale_terms_are_fenced_in_the_database() {
         let dir = std::env::temp_dir().join(format!("aa-fence-{}", std::process::id()));
