@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 /// How long a file must stay unchanged (no write, same content) before it is taken.
@@ -18,7 +17,7 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 
 /// A running watch; dropping it stops watching.
 pub struct FileWatch {
-    _watcher: RecommendedWatcher,
+    _watcher: Watcher,
     path: PathBuf,
     wake: mpsc::Receiver<()>,
     last: Option<Vec<u8>>,
@@ -26,31 +25,15 @@ pub struct FileWatch {
 
 impl FileWatch {
     /// Starts watching `path`, whose current content is `current`.
-    pub fn new(path: &Path, current: Option<Vec<u8>>) -> notify::Result<Self> {
+    pub fn new(path: &Path, current: Option<Vec<u8>>) -> std::io::Result<Self> {
         let (tx, wake) = mpsc::channel(1);
-        let name = path.file_name().map(|n| n.to_owned());
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                // Our own reads are access events: they must not count as writes.
-                let relevant = match &event {
-                    Ok(e) => {
-                        !matches!(e.kind, notify::EventKind::Access(_))
-                            && e.paths.iter().any(|p| p.file_name() == name.as_deref())
-                    }
-                    Err(_) => true,
-                };
-                if relevant {
-                    // A full channel already holds a wake-up: nothing is lost.
-                    let _ = tx.try_send(());
-                }
-            })?;
+        let name = path.file_name().map(|n| n.to_owned()).unwrap_or_default();
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
             _ => PathBuf::from("."),
         };
-        watcher.watch(&dir, RecursiveMode::NonRecursive)?;
         Ok(Self {
-            _watcher: watcher,
+            _watcher: Watcher::start(&dir, name, tx)?,
             path: path.to_owned(),
             wake,
             last: current,
@@ -99,6 +82,83 @@ impl FileWatch {
     }
 }
 
+/// Linux: inotify on the directory, asked only for the events that end a change of a file:
+/// written and closed, created, moved in or out, deleted, attributes changed. Not for every
+/// write and every open, which notify's watch asks for: with the SQLite database beside the
+/// config file, that woke the watch for every page of every commit (and a bot-offline commit
+/// took twice as long). A writer that keeps the file open is seen when it closes it, which
+/// is when the file is whole anyway.
+#[cfg(target_os = "linux")]
+struct Watcher(tokio::task::JoinHandle<()>);
+
+#[cfg(target_os = "linux")]
+impl Watcher {
+    fn start(dir: &Path, name: std::ffi::OsString, tx: mpsc::Sender<()>) -> std::io::Result<Self> {
+        use futures_util::StreamExt as _;
+        use inotify::{EventMask, Inotify, WatchMask};
+        let inotify = Inotify::init()?;
+        inotify.watches().add(
+            dir,
+            WatchMask::CLOSE_WRITE
+                | WatchMask::CREATE
+                | WatchMask::MOVED_TO
+                | WatchMask::MOVED_FROM
+                | WatchMask::DELETE
+                | WatchMask::ATTRIB,
+        )?;
+        let mut events = inotify.into_event_stream([0u8; 4096])?;
+        Ok(Self(tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                // Events were lost (or cannot be read): the file may have changed.
+                let relevant = event.is_err()
+                    || event.as_ref().is_ok_and(|e| {
+                        e.mask.contains(EventMask::Q_OVERFLOW) || e.name.as_ref() == Some(&name)
+                    });
+                // A full channel already holds a wake-up: nothing is lost.
+                if relevant && tx.try_send(()).is_err() && tx.is_closed() {
+                    return;
+                }
+            }
+        })))
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Elsewhere: notify's watch of the directory, every event but our own reads.
+#[cfg(not(target_os = "linux"))]
+struct Watcher(notify::RecommendedWatcher);
+
+#[cfg(not(target_os = "linux"))]
+impl Watcher {
+    fn start(dir: &Path, name: std::ffi::OsString, tx: mpsc::Sender<()>) -> std::io::Result<Self> {
+        use notify::Watcher as _;
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let relevant = match &event {
+                    Ok(e) => {
+                        !matches!(e.kind, notify::EventKind::Access(_))
+                            && e.paths.iter().any(|p| p.file_name() == Some(&*name))
+                    }
+                    Err(_) => true,
+                };
+                if relevant {
+                    let _ = tx.try_send(());
+                }
+            })
+            .map_err(std::io::Error::other)?;
+        watcher
+            .watch(dir, notify::RecursiveMode::NonRecursive)
+            .map_err(std::io::Error::other)?;
+        Ok(Self(watcher))
+    }
+}
+
 /// The file's content, `None` while it does not exist.
 async fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     match tokio::fs::read(path).await {
@@ -141,6 +201,32 @@ mod tests {
         // Nothing further: the same content is not reported again.
         let again = tokio::time::timeout(SETTLE * 2, watch.changed()).await;
         assert!(again.is_err(), "{again:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Writes to other files of the directory (a database beside the config) never wake the
+    /// watch; a new file renamed over the watched one (as editors save) does.
+    #[tokio::test]
+    async fn a_file_replaced_by_rename_is_seen_and_its_neighbours_are_not() {
+        let dir = std::env::temp_dir().join(format!("aa-watch-rename-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("config.yaml");
+        std::fs::write(&path, "old").unwrap();
+        let mut watch = FileWatch::new(&path, Some(b"old".to_vec())).unwrap();
+        {
+            use std::io::Write;
+            let mut neighbour = std::fs::File::create(dir.join("state.db-wal")).unwrap();
+            for _ in 0..1000 {
+                neighbour.write_all(&[0u8; 4096]).unwrap();
+            }
+            std::fs::write(dir.join("other.yaml"), "x").unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(watch.wake.try_recv().is_err(), "woken by another file");
+        std::fs::write(dir.join(".config.yaml.swp"), "new").unwrap();
+        std::fs::rename(dir.join(".config.yaml.swp"), &path).unwrap();
+        let content = tokio::time::timeout(SETTLE * 3, watch.changed()).await;
+        assert_eq!(content.unwrap().unwrap(), b"new");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
