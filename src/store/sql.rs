@@ -766,8 +766,8 @@ impl SqlStore {
 
 /// The row counts of the statements that write `rows` rows: as many full statements as fit,
 /// then the rest in descending powers of two. A statement of exactly the rest was parsed and
-/// planned anew for every batch (~3.5 ms of a bot-offline re-plan's 20 ms of statements, for
-/// 1,850 rows); these few sizes are prepared once per connection and kept.
+/// planned anew for every batch (~3.5 ms of the ~15 ms the 1,850 rows of a bot-offline re-plan
+/// took); these few sizes are prepared once per connection and kept.
 fn statement_sizes(rows: usize, per_statement: usize) -> impl Iterator<Item = usize> {
     let full = rows / per_statement;
     let rest = rows % per_statement;
