@@ -107,14 +107,26 @@ impl Watcher {
                 | WatchMask::ATTRIB,
         )?;
         let mut events = inotify.into_event_stream([0u8; 4096])?;
+        let dir = dir.to_owned();
         Ok(Self(tokio::spawn(async move {
             while let Some(event) = events.next().await {
-                // Events were lost (or cannot be read): the file may have changed.
-                let relevant = event.is_err()
-                    || event.as_ref().is_ok_and(|e| {
-                        e.mask.contains(EventMask::Q_OVERFLOW) || e.name.as_ref() == Some(&name)
-                    });
-                // A full channel already holds a wake-up: nothing is lost.
+                let event = match event {
+                    Ok(event) => event,
+                    // The watch cannot be read any more (it would fail again at once): one
+                    // last look at the file, then edits need a restart.
+                    Err(e) => {
+                        tracing::error!(
+                            "{}: file watch failed: {e}; edits need a restart",
+                            dir.display()
+                        );
+                        let _ = tx.try_send(());
+                        return;
+                    }
+                };
+                // Events were lost, or this file changed. A full channel already holds a
+                // wake-up: nothing is lost.
+                let relevant = event.mask.contains(EventMask::Q_OVERFLOW)
+                    || event.name.as_ref() == Some(&name);
                 if relevant && tx.try_send(()).is_err() && tx.is_closed() {
                     return;
                 }
@@ -130,7 +142,8 @@ impl Drop for Watcher {
     }
 }
 
-/// Elsewhere: notify's watch of the directory, every event but our own reads.
+/// Elsewhere: notify's watch of the directory, every event but access events (our own reads
+/// of the file are some).
 #[cfg(not(target_os = "linux"))]
 struct Watcher(notify::RecommendedWatcher);
 
