@@ -230,6 +230,21 @@ impl Flow {
         }
     }
 
+    /// The node at the far end (in direction `dir`) of position `i` at `v`, read from the
+    /// neighbour list alone: [`Flow::step`] also reads the pair's arcs, which lie elsewhere in
+    /// memory, so a search rules out settled nodes first.
+    fn far_node(&self, ex: &Exchange, v: u32, i: usize, dir: Dir) -> u32 {
+        if v == self.sink() {
+            i as u32
+        } else if i == 0 {
+            self.sink()
+        } else if dir == Dir::Forward {
+            ex.nbrs(v)[i - 1].node
+        } else {
+            ex.rnbrs(v)[i - 1].node
+        }
+    }
+
     fn apply(&mut self, ex: &mut Exchange, step: &Step) {
         match step.op {
             Op::Move(kind, slot) => {
@@ -488,13 +503,17 @@ impl Search {
                 bound.is_some_and(|b| nd > b || (nd == b && want == 1))
             };
             for i in 0..flow.steps(ex, v, dir) {
-                // Against the bound, the neighbour's price first: no arc of the pair costs
-                // less than a returning move, and the pair's arcs lie elsewhere in memory (a
-                // cache miss per neighbour on a large graph).
+                // A settled node keeps its distance. Then, against the bound, the neighbour's
+                // price: no arc of the pair costs less than a returning move. Both before the
+                // pair's arcs are read (a cache miss per neighbour on a large graph).
+                let far = flow.far_node(ex, v, i, dir);
+                if self.region[far as usize] {
+                    continue;
+                }
                 if bound.is_some() && v != flow.sink() && i > 0 {
                     let (from, to) = match dir {
-                        Dir::Forward => (v, ex.nbrs(v)[i - 1].node),
-                        Dir::Backward => (ex.rnbrs(v)[i - 1].node, v),
+                        Dir::Forward => (v, far),
+                        Dir::Backward => (far, v),
                     };
                     let cheapest =
                         Cost::moves(Kind::Return.cost()) + flow.node_pot(from) - flow.node_pot(to);
@@ -590,15 +609,16 @@ impl Search {
         let positions = flow.steps(ex, v, dir);
         while self.cursor[v as usize] < positions {
             self.work += 1;
-            if let Some(step) = flow.step(ex, v, self.cursor[v as usize], dir) {
-                let far = Self::far(&step, dir) as usize;
-                if self.region[far]
-                    && !self.dead[far]
-                    && !self.on_path[far]
-                    && flow.reduced(&step) == Cost::ZERO
-                {
-                    return Some(step);
-                }
+            let i = self.cursor[v as usize];
+            let far = flow.far_node(ex, v, i, dir) as usize;
+            // The far node first: the region is small, and the arc lies elsewhere in memory.
+            if self.region[far]
+                && !self.dead[far]
+                && !self.on_path[far]
+                && let Some(step) = flow.step(ex, v, i, dir)
+                && flow.reduced(&step) == Cost::ZERO
+            {
+                return Some(step);
             }
             self.cursor[v as usize] += 1;
         }
