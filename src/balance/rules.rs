@@ -115,9 +115,9 @@ impl Resolved {
     /// The bot a channel is pinned to: the first entry of its priority list that is an online
     /// member.
     pub fn pinned(&self, index: &PlatformIndex, channel: ChanIx) -> Option<BotIx> {
+        let list = self.priority(channel)?;
         let members = index.members(channel);
-        self.priority(channel)?
-            .iter()
+        list.iter()
             .copied()
             .find(|b| members.contains(b) && index.is_online(*b))
     }
