@@ -534,22 +534,13 @@ async fn healthz(State(api): State<Shared>) -> Json<Value> {
 async fn ingress(State(api): State<Shared>, Body(request): Body<IngressRequest>) -> Response {
     match api.ingress.decide(&request).await {
         Ok(decision) => {
-            let handle = if decision.handle { "true" } else { "false" };
             api.metrics
-                .ingress_decisions
-                .with_label_values(&[decision.reason.kind(), handle])
-                .inc();
+                .count_ingress_decision(&decision.reason, decision.handle);
             // The federate owner decided: another deployment's, or this one's (then the claim).
-            let processes = match decision.reason {
-                Reason::OwnedByDeployment(_) => Some("false"),
-                Reason::Pool { .. } => Some("true"),
-                _ => None,
-            };
-            if let Some(processes) = processes {
-                api.metrics
-                    .federate_owner_decisions
-                    .with_label_values(&[processes])
-                    .inc();
+            match decision.reason {
+                Reason::OwnedByDeployment(_) => api.metrics.count_owner_decision(false),
+                Reason::Pool { .. } => api.metrics.count_owner_decision(true),
+                _ => {}
             }
             Json(decision).into_response()
         }

@@ -8,14 +8,17 @@
 //! never disagree and nothing is kept twice. Every name starts with `auto_assign_`; counters end
 //! in `_total`, durations are in seconds.
 
+use std::sync::OnceLock;
+
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::leader::Role;
 use crate::outputs::publish::PublishStatus;
 use crate::pallas::federate::Federate;
+use crate::pallas::ingress::Reason;
 use crate::presence::Presence;
 use crate::store::writer::WriteStatus;
 use crate::view::View;
@@ -28,8 +31,8 @@ pub struct Metrics {
     pub moves: IntCounterVec,
     pub store_commit_duration: Histogram,
     pub store_commit_failures: IntCounterVec,
-    pub ingress_decisions: IntCounterVec,
-    pub federate_owner_decisions: IntCounterVec,
+    ingress_decisions: CounterSet<{ 2 * Reason::KINDS.len() }>,
+    federate_owner_decisions: CounterSet<2>,
     // Read at scrape time.
     bot_load: IntGaugeVec,
     bot_online: IntGaugeVec,
@@ -135,16 +138,16 @@ impl Metrics {
                 "Failed commits: outage (retried) or rejected (the table needs a fix)",
                 &["failure"],
             ),
-            ingress_decisions: counter(
+            ingress_decisions: CounterSet::new(counter(
                 "ingress_decisions_total",
                 "POST /v1/ingress decisions, by reason and whether the bot handles the message",
                 &["reason", "handle"],
-            ),
-            federate_owner_decisions: counter(
+            )),
+            federate_owner_decisions: CounterSet::new(counter(
                 "federate_owner_decisions_total",
                 "Federate group-owner decisions: this deployment processes the message or not",
                 &["processes"],
-            ),
+            )),
             bot_load: gauge(
                 "bot_load",
                 "Channels assigned to the bot",
@@ -220,6 +223,24 @@ impl Metrics {
             ),
             registry,
         }
+    }
+
+    /// One `POST /v1/ingress` decision.
+    pub fn count_ingress_decision(&self, reason: &Reason, handle: bool) {
+        let handle_label = if handle { "true" } else { "false" };
+        self.ingress_decisions
+            .get(2 * reason.kind_index() + handle as usize, || {
+                [reason.kind(), handle_label]
+            })
+            .inc();
+    }
+
+    /// One federate group-owner decision: this deployment processes the message or not.
+    pub fn count_owner_decision(&self, processes: bool) {
+        let label = if processes { "true" } else { "false" };
+        self.federate_owner_decisions
+            .get(processes as usize, || [label])
+            .inc();
     }
 
     /// The text exposition, with the state read now.
@@ -333,6 +354,34 @@ impl Metrics {
     }
 }
 
+/// The counters of one vector that a hot path counts, each looked up once, on first use (so
+/// `/metrics` lists only label sets that happened, as with the vector alone). The vector's own
+/// look-up hashes the labels under a read lock; an ingress decision takes a few microseconds
+/// and should not take a lock for its statistics.
+struct CounterSet<const N: usize> {
+    vec: IntCounterVec,
+    resolved: [OnceLock<IntCounter>; N],
+}
+
+impl<const N: usize> CounterSet<N> {
+    fn new(vec: IntCounterVec) -> Self {
+        Self {
+            vec,
+            resolved: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    /// The counter in `slot`; `labels` gives its label values the first time (a slot always
+    /// stands for the same ones).
+    fn get<const L: usize>(
+        &self,
+        slot: usize,
+        labels: impl FnOnce() -> [&'static str; L],
+    ) -> &IntCounter {
+        self.resolved[slot].get_or_init(|| self.vec.with_label_values(&labels()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +418,49 @@ mod tests {
         view.apply("onebot", [("100", None), ("200", None)]);
         let text = render(&view);
         assert!(!text.contains("bot=\"1001\""), "{text}");
+    }
+
+    #[test]
+    fn decisions_count_under_their_labels_and_only_those_that_happened() {
+        let metrics = Metrics::new();
+        for _ in 0..2 {
+            metrics.count_ingress_decision(&Reason::Assignee, true);
+        }
+        metrics.count_ingress_decision(&Reason::AssignedToAnotherBot, false);
+        metrics.count_ingress_decision(&Reason::OwnedByDeployment("b".into()), false);
+        metrics.count_owner_decision(false);
+        let text = metrics.render(&State {
+            view: &View::default(),
+            presence: &Presence::default(),
+            store: &WriteStatus::default(),
+            publication: None,
+            federate: None,
+            leadership: None,
+        });
+        let decisions = |labels: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("auto_assign_{labels} ")))
+                .map(|v| v.to_owned())
+        };
+        let ingress = |reason: &str, handle: &str| {
+            decisions(&format!(
+                "ingress_decisions_total{{handle=\"{handle}\",reason=\"{reason}\"}}"
+            ))
+        };
+        assert_eq!(ingress("assignee", "true").as_deref(), Some("2"), "{text}");
+        assert_eq!(ingress("assigned_elsewhere", "false").as_deref(), Some("1"));
+        assert_eq!(ingress("owned_elsewhere", "false").as_deref(), Some("1"));
+        assert_eq!(ingress("assignee", "false"), None, "{text}");
+        assert_eq!(
+            decisions("federate_owner_decisions_total{processes=\"false\"}").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            decisions("federate_owner_decisions_total{processes=\"true\"}"),
+            None
+        );
+        // Every reason has its own label.
+        let kinds: std::collections::HashSet<_> = Reason::KINDS.iter().collect();
+        assert_eq!(kinds.len(), Reason::KINDS.len());
     }
 }

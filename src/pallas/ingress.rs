@@ -141,23 +141,46 @@ pub enum NoAssignee {
 }
 
 impl Reason {
+    /// Every [`Reason::kind`], at its [`Reason::kind_index`].
+    pub const KINDS: [&'static str; 14] = [
+        "fleet_bot",
+        "peer_bot",
+        "private",
+        "mentioned",
+        "other_mentioned",
+        "peer_mentioned",
+        "fanout",
+        "peer_command",
+        "group_admin_owner",
+        "owned_elsewhere",
+        "assignee",
+        "assigned_elsewhere",
+        "claim",
+        "pool_claim",
+    ];
+
     /// A short, stable label (the metrics' `reason`): `assignee`, `claim`, `pool_claim`, ...
     pub fn kind(&self) -> &'static str {
+        Self::KINDS[self.kind_index()]
+    }
+
+    /// The position of [`Reason::kind`] in [`Reason::KINDS`].
+    pub fn kind_index(&self) -> usize {
         match self {
-            Reason::SentByFleetBot => "fleet_bot",
-            Reason::SentByPeerBot => "peer_bot",
-            Reason::Private => "private",
-            Reason::Mentioned => "mentioned",
-            Reason::OtherBotMentioned => "other_mentioned",
-            Reason::PeerBotMentioned => "peer_mentioned",
-            Reason::Fanout => "fanout",
-            Reason::PeerDeclaresCommand => "peer_command",
-            Reason::GroupAdminOwner { .. } => "group_admin_owner",
-            Reason::OwnedByDeployment(_) => "owned_elsewhere",
-            Reason::Assignee => "assignee",
-            Reason::AssignedToAnotherBot => "assigned_elsewhere",
-            Reason::Claim { .. } => "claim",
-            Reason::Pool { .. } => "pool_claim",
+            Reason::SentByFleetBot => 0,
+            Reason::SentByPeerBot => 1,
+            Reason::Private => 2,
+            Reason::Mentioned => 3,
+            Reason::OtherBotMentioned => 4,
+            Reason::PeerBotMentioned => 5,
+            Reason::Fanout => 6,
+            Reason::PeerDeclaresCommand => 7,
+            Reason::GroupAdminOwner { .. } => 8,
+            Reason::OwnedByDeployment(_) => 9,
+            Reason::Assignee => 10,
+            Reason::AssignedToAnotherBot => 11,
+            Reason::Claim { .. } => 12,
+            Reason::Pool { .. } => 13,
         }
     }
 }
