@@ -950,8 +950,6 @@ mod tests {
         );
     }
 
-    /// A real SQLite file: a term's writes land until a newer term has written; then they
-    /// are refused whole (no row, no history record), and the newer term's go on.
     /// A commit made while the last one's checkpoint runs is checkpointed too, so once the
     /// store is idle the whole log is in the file and the next commit starts the log over
     /// instead of appending to it.
@@ -995,6 +993,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A real SQLite file: a term's writes land until a newer term has written; then they
+    /// are refused whole (no row, no history record), and the newer term's go on.
     #[tokio::test]
     async fn stale_terms_are_fenced_in_the_database() {
         let dir = std::env::temp_dir().join(format!("aa-fence-{}", std::process::id()));

@@ -526,11 +526,11 @@ impl Search {
                 };
                 let r = flow.reduced(&step);
                 debug_assert!(r >= Cost::ZERO, "negative reduced cost {r:?} on {step:?}");
-                let (to, nd) = (Self::far(&step, dir), d + r);
+                let (to, nd) = (far, d + r);
                 if beyond(nd, bound) {
                     continue;
                 }
-                if !self.region[to as usize] && self.dist[to as usize].is_none_or(|old| nd < old) {
+                if self.dist[to as usize].is_none_or(|old| nd < old) {
                     if self.dist[to as usize].is_none() {
                         self.touched.push(to);
                     }
