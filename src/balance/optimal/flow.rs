@@ -222,14 +222,16 @@ impl Flow {
             Dir::Backward if v == self.sink() => self.sink_step(i as u32),
             Dir::Forward if i == 0 => self.sink_step(v),
             Dir::Backward if i == 0 => self.refund_step(v),
-            Dir::Forward => {
-                let Nbr { node: x, slot } = ex.nbrs(v)[i - 1];
-                Self::move_step(ex, v, x, slot)
-            }
-            Dir::Backward => {
-                let Nbr { node: a, slot } = ex.rnbrs(v)[i - 1];
-                Self::move_step(ex, a, v, slot)
-            }
+            _ => Self::neighbour_step(ex, v, self.nbr_list(ex, v, dir)[i - 1], dir),
+        }
+    }
+
+    /// The cheapest arc between bot `v` and its neighbour `n`: out of `v` (forward) or into
+    /// it (backward).
+    fn neighbour_step(ex: &Exchange, v: u32, n: Nbr, dir: Dir) -> Option<Step> {
+        match dir {
+            Dir::Forward => Self::move_step(ex, v, n.node, n.slot),
+            Dir::Backward => Self::move_step(ex, n.node, v, n.slot),
         }
     }
 
@@ -241,10 +243,26 @@ impl Flow {
             i as u32
         } else if i == 0 {
             self.sink()
-        } else if dir == Dir::Forward {
-            ex.nbrs(v)[i - 1].node
         } else {
-            ex.rnbrs(v)[i - 1].node
+            self.nbr_list(ex, v, dir)[i - 1].node
+        }
+    }
+
+    /// Bot `v`'s neighbours in direction `dir`: where its arcs go (forward) or come from
+    /// (backward). Position `i > 0` of [`Flow::step`] is neighbour `i - 1`.
+    fn nbr_list<'e>(&self, ex: &'e Exchange, v: u32, dir: Dir) -> &'e [Nbr] {
+        match dir {
+            Dir::Forward => ex.nbrs(v),
+            Dir::Backward => ex.rnbrs(v),
+        }
+    }
+
+    /// The reduced cost of an arc between a bot priced `own_pot` and its neighbour `far`
+    /// (in direction `dir`), less the arc's move cost.
+    fn gap(&self, own_pot: Cost, far: u32, dir: Dir) -> Cost {
+        match dir {
+            Dir::Forward => own_pot - self.pot[far as usize],
+            Dir::Backward => self.pot[far as usize] - own_pot,
         }
     }
 
@@ -581,56 +599,73 @@ impl Search {
             let beyond = |nd: Cost, bound: Option<Cost>| {
                 bound.is_some_and(|b| nd > b || (nd == b && want == 1))
             };
-            for i in 0..flow.steps(ex, v, dir) {
-                // A settled node keeps its distance. Then, against the bound, the neighbour's
-                // price: no arc of the pair costs less than a returning move. Both before the
-                // pair's arcs are read (a cache miss per neighbour on a large graph).
+            // Relaxes the arc to `to` of reduced cost `r` (a `continue` skips it).
+            macro_rules! relax {
+                ($to:expr, $r:expr) => {{
+                    let (to, r): (u32, Cost) = ($to, $r);
+                    debug_assert!(r >= Cost::ZERO, "negative reduced cost {r:?}: {v} to {to}");
+                    let nd = d + r;
+                    if beyond(nd, bound) {
+                        continue;
+                    }
+                    if self.dist[to as usize].is_none_or(|old| nd < old) {
+                        if self.dist[to as usize].is_none() {
+                            self.touched.push(to);
+                        }
+                        self.dist[to as usize] = Some(nd);
+                        let end = Self::is_end(flow, ex, to, dir);
+                        if end && r == Cost::ZERO {
+                            // Nothing left in the heap is closer than `d`: settle it now.
+                            self.region[to as usize] = true;
+                            self.settled.push(to);
+                            reach.get_or_insert(nd);
+                            ends += 1;
+                            if ends >= want {
+                                return reach;
+                            }
+                            continue;
+                        }
+                        if end {
+                            bound = Some(bound.map_or(nd, |b| b.min(nd)));
+                        }
+                        heap.push(Reverse((nd, !end, to)));
+                    }
+                }};
+            }
+            // The arcs `step` reads one position at a time: the sink's to or from every bot, a
+            // bot's to or from the sink. A settled node keeps its distance.
+            let sink = flow.sink();
+            let own = if v == sink { flow.f.len() } else { 1 };
+            for i in 0..own {
                 let far = flow.far_node(ex, v, i, dir);
                 if self.region[far as usize] {
                     continue;
                 }
-                if bound.is_some() && v != flow.sink() && i > 0 {
-                    let (from, to) = match dir {
-                        Dir::Forward => (v, far),
-                        Dir::Backward => (far, v),
-                    };
-                    let cheapest =
-                        Cost::moves(Kind::Return.cost()) + flow.node_pot(from) - flow.node_pot(to);
-                    if beyond(d + cheapest, bound) {
-                        continue;
-                    }
-                }
                 let Some(step) = flow.step(ex, v, i, dir) else {
                     continue;
                 };
-                let r = flow.reduced(&step);
-                debug_assert!(r >= Cost::ZERO, "negative reduced cost {r:?} on {step:?}");
-                let (to, nd) = (far, d + r);
-                if beyond(nd, bound) {
+                relax!(far, flow.reduced(&step));
+            }
+            if v == sink {
+                continue;
+            }
+            // A bot's arcs to or from its neighbours, the search's hottest loop: one list, read
+            // in order. Against the bound, the neighbour's price first (no arc of the pair costs
+            // less than a returning move), then the pair's arcs, which lie elsewhere in memory
+            // (a cache miss per neighbour on a large graph).
+            let (nbrs, own_pot) = (flow.nbr_list(ex, v, dir), flow.pot[v as usize]);
+            for &n in nbrs {
+                if self.region[n.node as usize] {
                     continue;
                 }
-                if self.dist[to as usize].is_none_or(|old| nd < old) {
-                    if self.dist[to as usize].is_none() {
-                        self.touched.push(to);
-                    }
-                    self.dist[to as usize] = Some(nd);
-                    let end = Self::is_end(flow, ex, to, dir);
-                    if end && r == Cost::ZERO {
-                        // Nothing left in the heap is closer than `d`: settle it now.
-                        self.region[to as usize] = true;
-                        self.settled.push(to);
-                        reach.get_or_insert(nd);
-                        ends += 1;
-                        if ends >= want {
-                            return reach;
-                        }
-                        continue;
-                    }
-                    if end {
-                        bound = Some(bound.map_or(nd, |b| b.min(nd)));
-                    }
-                    heap.push(Reverse((nd, !end, to)));
+                let gap = flow.gap(own_pot, n.node, dir);
+                if beyond(d + Cost::moves(Kind::Return.cost()) + gap, bound) {
+                    continue;
                 }
+                let Some(step) = Flow::neighbour_step(ex, v, n, dir) else {
+                    continue;
+                };
+                relax!(n.node, step.cost + gap);
             }
         }
         reach
@@ -686,14 +721,15 @@ impl Search {
     /// reduced cost, into the region, not back onto the path, not into a dead end.
     fn next_step(&mut self, flow: &Flow, ex: &Exchange, v: u32, dir: Dir) -> Option<Step> {
         let positions = flow.steps(ex, v, dir);
-        while self.cursor[v as usize] < positions {
+        // The sink's positions, and a bot's arc to or from the sink, one at a time.
+        while self.cursor[v as usize] < positions
+            && (v == flow.sink() || self.cursor[v as usize] == 0)
+        {
             self.work += 1;
             let i = self.cursor[v as usize];
             let far = flow.far_node(ex, v, i, dir) as usize;
             // The far node first: the region is small, and the arc lies elsewhere in memory.
-            if self.region[far]
-                && !self.dead[far]
-                && !self.on_path[far]
+            if self.is_open(far)
                 && let Some(step) = flow.step(ex, v, i, dir)
                 && flow.reduced(&step) == Cost::ZERO
             {
@@ -701,6 +737,29 @@ impl Search {
             }
             self.cursor[v as usize] += 1;
         }
+        if v == flow.sink() {
+            return None;
+        }
+        // A bot's neighbours (position `j + 1` is neighbour `j`), read in order.
+        let (nbrs, own_pot) = (flow.nbr_list(ex, v, dir), flow.pot[v as usize]);
+        let from = self.cursor[v as usize] - 1;
+        for (j, &n) in nbrs.iter().enumerate().skip(from) {
+            if self.is_open(n.node as usize)
+                && let Some(step) = Flow::neighbour_step(ex, v, n, dir)
+                && step.cost + flow.gap(own_pot, n.node, dir) == Cost::ZERO
+            {
+                self.work += (j + 1 - from) as u64;
+                self.cursor[v as usize] = j + 1;
+                return Some(step);
+            }
+        }
+        self.work += (nbrs.len() - from) as u64;
+        self.cursor[v as usize] = positions;
         None
+    }
+
+    /// Whether a path may continue to `v`: in the region, not a dead end, not on the path.
+    fn is_open(&self, v: usize) -> bool {
+        self.region[v] && !self.dead[v] && !self.on_path[v]
     }
 }
