@@ -206,10 +206,8 @@ impl Flow {
     fn steps(&self, ex: &Exchange, v: u32, dir: Dir) -> usize {
         if v == self.sink() {
             self.f.len()
-        } else if dir == Dir::Forward {
-            ex.nbrs(v).len() + 1
         } else {
-            ex.rnbrs(v).len() + 1
+            self.nbr_list(ex, v, dir).len() + 1
         }
     }
 
@@ -406,24 +404,19 @@ impl Flow {
         // possible kind stays non-negative even at the furthest price need not be read.
         let furthest = price(units);
         let mut limit: Option<Cost> = None;
-        let positions = self.steps(ex, v, dir);
-        *work += positions as u64;
-        for i in 1..positions {
-            let far = self.far_node(ex, v, i, dir);
+        *work += self.steps(ex, v, dir) as u64;
+        for &n in self.nbr_list(ex, v, dir) {
             let returning = Cost::moves(Kind::Return.cost());
-            let loose = match dir {
-                Dir::Forward => returning + furthest - self.pot[far as usize] >= Cost::ZERO,
-                Dir::Backward => returning + self.pot[far as usize] - furthest >= Cost::ZERO,
-            };
-            if loose {
+            if returning + self.gap(furthest, n.node, dir) >= Cost::ZERO {
                 continue;
             }
-            let Some(step) = self.step(ex, v, i, dir) else {
+            let Some(step) = Self::neighbour_step(ex, v, n, dir) else {
                 continue;
             };
+            // The price of `v` at which this arc's reduced cost is zero.
             let bound = match dir {
-                Dir::Forward => self.pot[far as usize] - step.cost,
-                Dir::Backward => step.cost + self.pot[far as usize],
+                Dir::Forward => self.pot[n.node as usize] - step.cost,
+                Dir::Backward => step.cost + self.pot[n.node as usize],
             };
             limit = Some(match (limit, dir) {
                 (None, _) => bound,
