@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -190,13 +190,11 @@ fn invalid_name(field: &str, value: &str) -> Option<Response> {
     })
 }
 
-async fn auth(
-    State(api): State<Shared>,
-    headers: HeaderMap,
-    request: Request,
-    next: Next,
-) -> Response {
-    let given = headers
+async fn auth(State(api): State<Shared>, request: Request, next: Next) -> Response {
+    // Read from the request itself: a `HeaderMap` argument would be a copy of every header,
+    // made for every request.
+    let given = request
+        .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))

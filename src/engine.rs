@@ -294,12 +294,21 @@ impl Engine {
                 .due()
                 .filter(|_| self.ready && self.duty != Duty::Follower);
             let periodic = self.next_periodic;
+            // A run already due (a zero delay) starts at once, after the events and messages
+            // already queued (the select is biased towards them): a timer set to now fires only
+            // at the timer's next tick, up to a millisecond later.
+            let due_run = async move {
+                match due {
+                    Some(at) if at > Instant::now() => sleep_until(at).await,
+                    _ => {}
+                }
+            };
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some((source, event)) = fleet.recv() => self.report(source, event),
                 Some(msg) = control.recv() => self.control(msg, &control_tx).await,
-                _ = sleep_until(due.unwrap_or_else(far_future)), if due.is_some() => self.rebalance().await,
+                _ = due_run, if due.is_some() => self.rebalance().await,
                 _ = sleep_until(periodic.unwrap_or_else(far_future)), if periodic.is_some() => {
                     self.next_periodic = Some(Instant::now() + self.config.balance_interval);
                     self.request(Cause::Schedule);

@@ -286,12 +286,18 @@ impl Flow {
     /// cheap members the one with the most room under its flow to T takes it, so most channels
     /// land where they can stay.
     fn place_waiting(&mut self, ex: &mut Exchange) {
+        // Nothing joins the source while its channels leave, so a pair once found empty stays
+        // empty: each look for the next waiting channel resumes at the pair the last one was
+        // found in. One pass over the source's pairs in all, where starting over every time
+        // read the emptied ones again for every channel (waiting channels × pairs).
+        let mut from = 0;
         while ex.load(SOURCE) > 0 {
-            let channel = ex
-                .nbrs(SOURCE)
+            let (found, channel) = ex.nbrs(SOURCE)[from..]
                 .iter()
-                .find_map(|n| ex.any_channel_in(n.slot))
+                .enumerate()
+                .find_map(|(i, n)| Some((from + i, ex.any_channel_in(n.slot)?)))
                 .expect("a waiting channel has a member");
+            from = found;
             let best = ex
                 .members(channel)
                 .max_by_key(|&m| {
