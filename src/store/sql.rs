@@ -36,6 +36,27 @@ use crate::clock::Clock;
 /// PostgreSQL ends a session of ours idle inside a transaction for this long (ms).
 const IDLE_IN_TRANSACTION: &str = "5000";
 
+/// SQLite: a checkpoint of the write-ahead log waits until no commit has come for this long…
+const CHECKPOINT_QUIET: Duration = Duration::from_millis(100);
+/// …but not longer than this after it was asked for: under a steady stream of commits it runs
+/// beside them, as it did before it waited at all.
+const CHECKPOINT_DEFER_MAX: Duration = Duration::from_secs(1);
+
+/// Returns once `commits` (counting the commits made) has not moved for [`CHECKPOINT_QUIET`],
+/// or [`CHECKPOINT_DEFER_MAX`] after the call.
+async fn until_commits_pause(commits: &AtomicU64) {
+    let asked = tokio::time::Instant::now();
+    let mut seen = commits.load(Ordering::Acquire);
+    loop {
+        tokio::time::sleep(CHECKPOINT_QUIET).await;
+        let now = commits.load(Ordering::Acquire);
+        if now == seen || asked.elapsed() >= CHECKPOINT_DEFER_MAX {
+            return;
+        }
+        seen = now;
+    }
+}
+
 /// Rows per multi-row UPSERT: as many as the database takes parameters in one statement
 /// (SQLite's `SQLITE_MAX_VARIABLE_NUMBER`, 32,766 since 3.32; MySQL's 65,535 placeholders).
 /// A MySQL row binds its five values. On SQLite a statement selects from a `VALUES` list
@@ -358,6 +379,12 @@ impl SqlStore {
     /// frames of a commit that came during the start-up's long checkpoint stayed in the log:
     /// SQLite starts the log over only once all of it is in the file, so every later commit
     /// appended to an ever longer log (new file blocks, not cached pages), and took longer.
+    ///
+    /// A checkpoint first waits for the commits to pause ([`CHECKPOINT_QUIET`], at most
+    /// [`CHECKPOINT_DEFER_MAX`] in all): one running beside a commit slowed it (a bot going
+    /// offline right after the start-up's 367k-row commit: its rebalance took ~45 ms to
+    /// commit during that checkpoint's ~100 ms, ~26 ms when the store was idle), and one
+    /// checkpoint then covers a whole burst of commits.
     fn checkpoint(&self) {
         let Pool::Sqlite(SqliteFile { other: pool, .. }) = &self.pool else {
             return;
@@ -368,6 +395,7 @@ impl SqlStore {
         let (pool, wanted) = (pool.clone(), self.checkpoints_wanted.clone());
         tokio::spawn(async move {
             loop {
+                until_commits_pause(&wanted).await;
                 let covered = wanted.load(Ordering::Acquire);
                 if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
                     .execute(&pool)
@@ -1002,6 +1030,66 @@ mod tests {
             Layout::koishi(Backend::Mysql)
                 .upsert_tail(7)
                 .contains("ON DUPLICATE KEY UPDATE assignee = VALUES(assignee)")
+        );
+    }
+
+    /// A checkpoint waits for a pause in the commits, but not for ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_checkpoint_waits_for_the_commits_to_pause_at_most_a_second() {
+        use tokio::time::{Instant, advance};
+        let commits = Arc::new(AtomicU64::new(1));
+        let waiting = |commits: &Arc<AtomicU64>| {
+            let commits = commits.clone();
+            tokio::spawn(async move {
+                until_commits_pause(&commits).await;
+                Instant::now()
+            })
+        };
+        let start = Instant::now();
+        until_commits_pause(&commits).await;
+        assert_eq!(
+            start.elapsed(),
+            CHECKPOINT_QUIET,
+            "no commit came: one quiet period"
+        );
+
+        // Five commits 60 ms apart: the wait ends within two quiet periods of the last.
+        let start = Instant::now();
+        let done = waiting(&commits);
+        tokio::task::yield_now().await;
+        for _ in 0..5 {
+            advance(Duration::from_millis(60)).await;
+            commits.fetch_add(1, Ordering::AcqRel);
+        }
+        let last = Instant::now();
+        let done = done.await.unwrap();
+        assert_eq!(last - start, Duration::from_millis(300));
+        assert!(
+            done > last && done - last <= 2 * CHECKPOINT_QUIET,
+            "done {:?} after the last commit",
+            done - last
+        );
+
+        // A commit every 60 ms for good: the wait ends a second after it began anyway.
+        let start = Instant::now();
+        let done = waiting(&commits);
+        tokio::task::yield_now().await;
+        let done = loop {
+            advance(Duration::from_millis(60)).await;
+            commits.fetch_add(1, Ordering::AcqRel);
+            if done.is_finished() {
+                break done.await.unwrap();
+            }
+            assert!(
+                start.elapsed() < 3 * CHECKPOINT_DEFER_MAX,
+                "still waiting under steady commits"
+            );
+        };
+        assert!(
+            done - start >= CHECKPOINT_DEFER_MAX
+                && done - start <= CHECKPOINT_DEFER_MAX + 2 * CHECKPOINT_QUIET,
+            "waited {:?}",
+            done - start
         );
     }
 
