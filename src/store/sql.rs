@@ -375,16 +375,16 @@ impl SqlStore {
 
     /// SQLite: copies the write-ahead log into the file on the connection that does not
     /// write, so the next commit does not pay for the last one's pages. One checkpoint at a
-    /// time; a commit made while one runs gets another right after it. Without that, the
+    /// time; a commit made while one runs gets another after it. Without that, the
     /// frames of a commit that came during the start-up's long checkpoint stayed in the log:
     /// SQLite starts the log over only once all of it is in the file, so every later commit
     /// appended to an ever longer log (new file blocks, not cached pages), and took longer.
     ///
     /// A checkpoint first waits for the commits to pause ([`CHECKPOINT_QUIET`], at most
     /// [`CHECKPOINT_DEFER_MAX`] in all): one running beside a commit slowed it (a bot going
-    /// offline right after the start-up's 367k-row commit: its rebalance took ~45 ms to
-    /// commit during that checkpoint's ~100 ms, ~26 ms when the store was idle), and one
-    /// checkpoint then covers a whole burst of commits.
+    /// offline right after the start-up's 367k-row commit: ~45 ms from its notice to its
+    /// rebalance's commit during that checkpoint's ~100 ms, ~26 ms when the store was idle),
+    /// and one checkpoint then covers a whole burst of commits.
     fn checkpoint(&self) {
         let Pool::Sqlite(SqliteFile { other: pool, .. }) = &self.pool else {
             return;
