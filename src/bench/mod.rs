@@ -135,12 +135,17 @@ struct Measured<T> {
     /// CPU time of this thread: what the ratios use, since other work on the machine stretches
     /// the wall clock but not this.
     cpu: Duration,
+    /// Page faults the thread took: first touches of memory the allocator fetched from the
+    /// kernel anew, each a trip into it. Whether a plan's arrays come from memory the last
+    /// plan freed or from fresh pages is the allocator's choice, and moves a plan's time by
+    /// a tenth or more from one run to the next.
+    faults: Option<u64>,
     peak_mb: Option<f64>,
 }
 
 fn measure<T>(f: impl FnOnce() -> T) -> Measured<T> {
     reset_peak_rss();
-    let (started, cpu) = (Instant::now(), thread_cpu());
+    let (started, cpu, faults) = (Instant::now(), thread_cpu(), thread_faults());
     let value = f();
     let time = started.elapsed();
     let cpu = thread_cpu().saturating_sub(cpu);
@@ -148,6 +153,9 @@ fn measure<T>(f: impl FnOnce() -> T) -> Measured<T> {
         value,
         time,
         cpu,
+        faults: thread_faults()
+            .zip(faults)
+            .map(|(after, before)| after - before),
         peak_mb: peak_rss_mb(),
     }
 }
@@ -180,6 +188,15 @@ fn thread_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
+/// Page faults this thread has taken that needed no disk (`minflt` of `/proc/thread-self/stat`).
+fn thread_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold anything.
+    let fields = &stat[stat.rfind(')')? + 1..];
+    // `state ppid pgrp session tty_nr tpgid flags minflt`.
+    fields.split_whitespace().nth(7)?.parse().ok()
+}
+
 /// Whether every check held.
 fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     let p = fleet.index.platform(PLATFORM).expect("fleet platform");
@@ -196,8 +213,8 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         ms(generated)
     );
     println!(
-        "  {:<10} {:>11} {:>11} {:>10} {:>16} {:>10} {:>8}",
-        "strategy", "time", "cpu", "peak RSS", "Σ load²", "stddev", "max"
+        "  {:<10} {:>11} {:>11} {:>8} {:>10} {:>16} {:>10} {:>8}",
+        "strategy", "time", "cpu", "faults", "peak RSS", "Σ load²", "stddev", "max"
     );
     let greedy = best_of(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Greedy));
     print_row("greedy", &greedy);
@@ -293,10 +310,11 @@ fn stats(plan: &Plan) -> &balance::LoadStats {
 fn print_row(name: &str, m: &Measured<Plan>) {
     let s = stats(&m.value);
     println!(
-        "  {:<10} {:>11} {:>11} {:>10} {:>16} {:>10.2} {:>8}",
+        "  {:<10} {:>11} {:>11} {:>8} {:>10} {:>16} {:>10.2} {:>8}",
         name,
         ms(m.time),
         ms(m.cpu),
+        m.faults.map_or_else(|| "n/a".to_owned(), |f| f.to_string()),
         mb(m.peak_mb),
         s.sum_sq,
         s.stddev,
