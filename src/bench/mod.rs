@@ -5,7 +5,8 @@
 //! and as CPU time of the thread; the ratios use CPU time, which other work on a shared machine
 //! stretches less, and a full plan counts as the fastest of five runs. Peak RSS is the
 //! process's high-water mark during the call (reset through `/proc/self/clear_refs` before
-//! it), so it includes the fleet index itself.
+//! it), so it includes the fleet index itself. Page faults are the planning thread's, so a
+//! slow run shows how much of it was the allocator handing out fresh pages.
 //!
 //! `--huge` measures one fleet of 10,000,000 channels / 20,000 bots / ~28.5M memberships the
 //! same way; `--plan-io` the whole `auto-assign plan` process (see `planio`); `--takeover`
@@ -138,7 +139,7 @@ struct Measured<T> {
     /// Page faults the thread took: first touches of memory the allocator fetched from the
     /// kernel anew, each a trip into it. Whether a plan's arrays come from memory the last
     /// plan freed or from fresh pages is the allocator's choice, and moves a plan's time by
-    /// a tenth or more from one run to the next.
+    /// about a tenth from one run to the next.
     faults: Option<u64>,
     peak_mb: Option<f64>,
 }
