@@ -280,6 +280,9 @@ impl Planner {
                         .as_mut()
                         .and_then(|s| s.replan(p, &resolved, &journal).ok());
                     incremental.unwrap_or_else(|| {
+                        // The remembered graph is of no more use: freed first, it is not held
+                        // beside the new one while that is built (the peak would be both).
+                        drop(state.take());
                         let (fresh, assignee) = optimal::State::build(p, &resolved, true);
                         state = Some(fresh);
                         Outcome::Full(assignee)

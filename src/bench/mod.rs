@@ -258,7 +258,25 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         &mut planner,
         &format!("bot {bot_name} back online"),
     );
-    offline && back
+
+    // A change too large for an incremental re-plan: every tenth online bot goes offline at
+    // once, so the journal touches more than a sixteenth of the channels and the planner
+    // plans from scratch (its peak RSS is that of a rebuild with a graph remembered).
+    let p = fleet.index.platform(PLATFORM).expect("fleet platform");
+    let leaving: Vec<String> = (0..p.bot_count() as BotIx)
+        .filter(|&b| p.is_online(b))
+        .step_by(10)
+        .map(|b| p.bot_id(b).to_owned())
+        .collect();
+    for bot in &leaving {
+        fleet.index.bot_offline(PLATFORM, bot);
+    }
+    let many = replan(
+        &mut fleet,
+        &mut planner,
+        &format!("{} bots offline at once (a full re-plan)", leaving.len()),
+    );
+    offline && back && many
 }
 
 /// Times an incremental re-plan next to a from-scratch plan of the same state (the fallback it
