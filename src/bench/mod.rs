@@ -263,10 +263,13 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     // once, so the journal touches more than a sixteenth of the channels and the planner
     // plans from scratch (its peak RSS is that of a rebuild with a graph remembered).
     let p = fleet.index.platform(PLATFORM).expect("fleet platform");
-    let leaving: Vec<String> = (0..p.bot_count() as BotIx)
+    let online: Vec<BotIx> = (0..p.bot_count() as BotIx)
         .filter(|&b| p.is_online(b))
+        .collect();
+    let leaving: Vec<String> = online
+        .iter()
         .step_by(10)
-        .map(|b| p.bot_id(b).to_owned())
+        .map(|&b| p.bot_id(b).to_owned())
         .collect();
     for bot in &leaving {
         fleet.index.bot_offline(PLATFORM, bot);
@@ -274,7 +277,11 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     let many = replan(
         &mut fleet,
         &mut planner,
-        &format!("{} bots offline at once (a full re-plan)", leaving.len()),
+        &format!(
+            "{} of {} online bots offline at once (a full re-plan)",
+            leaving.len(),
+            online.len()
+        ),
     );
     offline && back && many
 }
