@@ -1,5 +1,6 @@
 //! `auto-assign bench`: both strategies on seeded synthetic fleets, plus the optimal planner's
-//! incremental re-plans when one mid-sized bot goes offline and comes back.
+//! incremental re-plans when one mid-sized bot goes offline and comes back, and its full
+//! re-plan when a tenth of the bots go offline at once.
 //!
 //! Times are for the whole planner call (rule resolution, solving, statistics), as wall clock
 //! and as CPU time of the thread; the ratios use CPU time, which other work on a shared machine
