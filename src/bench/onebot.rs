@@ -110,8 +110,8 @@ sources:
         }
         // Bots go offline one after another: the first right after the first commit (its
         // 367k rows not yet checkpointed), the others each once the service has been idle for
-        // a second. One reaction varies by ±10 ms on a shared machine; the
-        // median of the idle ones says more.
+        // a second. One reaction varies by ±10 ms on a shared machine; the median of the idle
+        // ones says more.
         let mut victims = sims.iter().collect::<Vec<_>>();
         victims.shuffle(&mut rng);
         let mut idle = Vec::new();
