@@ -148,7 +148,7 @@ impl State {
             }
             flow.settle(&mut ex);
         }
-        if keep && ex.displaced().len() > channels / 8 {
+        if keep && away_from_home(&ex) > channels / 8 {
             // Every channel's place becomes its home: with many away from home, building the
             // graph that way costs less than re-filing their arcs one by one.
             let at = ex.places().to_vec();
@@ -403,6 +403,15 @@ fn grouped(keys: &[u32]) -> Vec<u32> {
         }
     }
     out
+}
+
+/// How many channels sit away from their home: the channels re-homing would re-file. The
+/// displaced list also names channels that moved and came back.
+fn away_from_home(ex: &Exchange) -> usize {
+    ex.displaced()
+        .iter()
+        .filter(|&&c| ex.at(c) != ex.home(c))
+        .count()
 }
 
 /// Channels away from home whose home is on the same level as their place: moving them back
