@@ -172,16 +172,21 @@ fn best_of<T>(mut f: impl FnMut() -> T) -> Measured<T> {
     let mut best = measure(&mut f);
     for _ in 1..REPEATS {
         let next = measure(&mut f);
-        let peak_mb = match (best.peak_mb, next.peak_mb) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        let peak_mb = higher(best.peak_mb, next.peak_mb);
         if next.cpu < best.cpu {
             best = next;
         }
         best.peak_mb = peak_mb;
     }
     best
+}
+
+/// The higher of two peak RSS readings, either of which may be missing.
+fn higher(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// CPU time this thread has run.
@@ -252,60 +257,92 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         &mut fleet,
         &mut planner,
         &format!("bot {bot_name} (load {load}) offline"),
+        None,
     );
     fleet.index.bot_online(PLATFORM, &bot_name, &channels);
     let back = replan(
         &mut fleet,
         &mut planner,
         &format!("bot {bot_name} back online"),
+        None,
     );
 
     // A change too large for an incremental re-plan: every tenth online bot goes offline at
     // once, so the journal touches more than a sixteenth of the channels and the planner
-    // plans from scratch (its peak RSS is that of a rebuild with a graph remembered).
+    // plans from scratch (its peak RSS is that of a rebuild with a graph remembered). The
+    // planner's state moves on with every plan, so this re-plan cannot be run five times as
+    // it stands: the bots go offline and come back five times, and the fastest of the five
+    // re-plans after they left counts, as the fastest of five one-off plans does.
     let p = fleet.index.platform(PLATFORM).expect("fleet platform");
     let online: Vec<BotIx> = (0..p.bot_count() as BotIx)
         .filter(|&b| p.is_online(b))
         .collect();
-    let leaving: Vec<String> = online
+    let leaving: Vec<(String, Vec<String>)> = online
         .iter()
         .step_by(10)
-        .map(|&b| p.bot_id(b).to_owned())
+        .map(|&b| {
+            let channels = p.channels_of(b).iter();
+            let channels = channels.map(|&c| p.channel_id(c).to_owned()).collect();
+            (p.bot_id(b).to_owned(), channels)
+        })
         .collect();
-    for bot in &leaving {
-        fleet.index.bot_offline(PLATFORM, bot);
-    }
-    let many = replan(
-        &mut fleet,
-        &mut planner,
-        &format!(
-            "{} of {} online bots offline at once (a full re-plan)",
-            leaving.len(),
-            online.len()
-        ),
+    let what = format!(
+        "{} of {} online bots offline at once (a full re-plan)",
+        leaving.len(),
+        online.len()
     );
+    let mut fastest: Option<Measured<Plan>> = None;
+    for round in 0..REPEATS {
+        if round > 0 {
+            for (bot, channels) in &leaving {
+                fleet.index.bot_online(PLATFORM, bot, channels);
+            }
+            planner.plan(&mut fleet.index);
+        }
+        for (bot, _) in &leaving {
+            fleet.index.bot_offline(PLATFORM, bot);
+        }
+        if round + 1 < REPEATS {
+            let timed = measure(|| planner.plan(&mut fleet.index));
+            if fastest.as_ref().is_none_or(|f| timed.cpu < f.cpu) {
+                fastest = Some(timed);
+            }
+        }
+    }
+    let many = replan(&mut fleet, &mut planner, &what, fastest);
     offline && back && many
 }
 
 /// Times an incremental re-plan next to a from-scratch plan of the same state (the fallback it
 /// must never be slower than), and checks its moves against that plan's, the exact minimum.
-/// Returns whether they agree.
-fn replan(fleet: &mut Fleet, planner: &mut Planner, what: &str) -> bool {
+/// `earlier`: the fastest of earlier re-plans of the same change, whose time counts when it is
+/// the faster. Returns whether they agree.
+fn replan(
+    fleet: &mut Fleet,
+    planner: &mut Planner,
+    what: &str,
+    earlier: Option<Measured<Plan>>,
+) -> bool {
     let exact = best_of(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
-    let incremental = measure(|| planner.plan(&mut fleet.index));
+    let last = measure(|| planner.plan(&mut fleet.index));
+    let (mut cpu, mut peak_mb) = (last.cpu, last.peak_mb);
+    if let Some(earlier) = earlier {
+        cpu = cpu.min(earlier.cpu);
+        peak_mb = higher(peak_mb, earlier.peak_mb);
+    }
     let (e, i) = (
         exact.value.platform(PLATFORM).expect("planned"),
-        incremental.value.platform(PLATFORM).expect("planned"),
+        last.value.platform(PLATFORM).expect("planned"),
     );
     let agree =
         e.voluntary == i.voluntary && e.forced == i.forced && i.stats.sum_sq == e.stats.sum_sq;
     println!(
         "  {what}: incremental {} cpu ({:.1}% of the full plan's {}), peak RSS {}; \
          moved {} = {} forced + {} voluntary, full plan {} + {}, Σ load² {}",
-        ms(incremental.cpu),
-        100.0 * ratio(incremental.cpu, exact.cpu),
+        ms(cpu),
+        100.0 * ratio(cpu, exact.cpu),
         ms(exact.cpu),
-        mb(incremental.peak_mb),
+        mb(peak_mb),
         i.forced + i.voluntary,
         i.forced,
         i.voluntary,
