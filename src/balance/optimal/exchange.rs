@@ -42,6 +42,10 @@ const DENSE_LIMIT: usize = 3000;
 const KIND_SHIFT: u32 = 30;
 const NODE_MASK: u32 = (1 << KIND_SHIFT) - 1;
 
+/// In [`Exchange::e_back`], marks the first entry of a list; the bits below are its slot × 3 +
+/// kind. Entries and lists are numbered below it (asserted where they are made).
+const HEAD: u32 = 1 << 31;
+
 /// Where each bot pair's arc lists are in `heads`. Slots are handed out as pairs first appear
 /// (a built graph's row by row), so the lists a graph uses sit together rather than spread
 /// over a table of every pair.
@@ -76,8 +80,10 @@ pub(crate) struct Exchange {
     e_node: Vec<u32>,
     e_sib: Vec<u32>,
     e_next: Vec<u32>,
-    e_prev: Vec<u32>,
-    e_slot: Vec<u32>,
+    /// What comes before a linked entry in its list: the previous entry, or, for the list's
+    /// first, [`HEAD`] with its slot and kind ([`Exchange::link_slot`]); `NIL` for an entry in
+    /// no list. Unlinking needs the one or the other, never both, so one array holds either.
+    e_back: Vec<u32>,
     free: Vec<u32>,
     placed_channels: usize,
     // channels that may sit away from their home, since the last `take_displaced`
@@ -108,8 +114,7 @@ impl Exchange {
             e_node: Vec::with_capacity(entries),
             e_sib: Vec::with_capacity(entries),
             e_next: Vec::with_capacity(entries),
-            e_prev: Vec::with_capacity(entries),
-            e_slot: Vec::with_capacity(entries),
+            e_back: Vec::with_capacity(entries),
             free: Vec::new(),
             placed_channels: 0,
             displaced: Vec::new(),
@@ -141,16 +146,15 @@ impl Exchange {
             next[v] += next[v - 1];
         }
         let rows = next.clone();
-        // Every field of every entry is written below (`e_next` and `e_prev` only for linked
-        // entries, the only ones that read them), so zeroed memory will do: it costs no pass
-        // of its own.
+        // Every field of every entry is written below (`e_next` only for linked entries, the
+        // only ones that read it), so zeroed memory will do: it costs no pass of its own.
         let entries = next[width] as usize;
+        assert!(entries < HEAD as usize, "too many membership entries");
         ex.e_chan = vec![0; entries];
         ex.e_node = vec![0; entries];
         ex.e_sib = vec![0; entries];
         ex.e_next = vec![0; entries];
-        ex.e_prev = vec![0; entries];
-        ex.e_slot = vec![0; entries];
+        ex.e_back = vec![0; entries];
         for c in (0..channels).filter(|&c| at[c] != NIL) {
             let (a, h) = (at[c], home[c]);
             ex.at[c] = a;
@@ -225,7 +229,7 @@ impl Exchange {
                     NIL
                 };
                 if m == a as u32 {
-                    ex.e_slot[i] = NIL;
+                    ex.e_back[i] = NIL;
                     continue;
                 }
                 let mut s = row_slot[m as usize];
@@ -505,8 +509,7 @@ impl Exchange {
             self.e_node[i] = node;
             self.e_sib[i] = NIL;
             self.e_next[i] = NIL;
-            self.e_prev[i] = NIL;
-            self.e_slot[i] = NIL;
+            self.e_back[i] = NIL;
             return e;
         }
         let e = self.e_chan.len() as u32;
@@ -514,8 +517,8 @@ impl Exchange {
         self.e_node.push(node);
         self.e_sib.push(NIL);
         self.e_next.push(NIL);
-        self.e_prev.push(NIL);
-        self.e_slot.push(NIL);
+        self.e_back.push(NIL);
+        assert!(e < HEAD, "too many membership entries");
         e
     }
 
@@ -558,6 +561,7 @@ impl Exchange {
     fn new_slot(&mut self, a: u32, x: u32) -> u32 {
         debug_assert!(self.slot(a, x).is_none());
         let s = self.heads.len() as u32;
+        assert!(s < HEAD / 3, "too many bot pairs");
         if let Slots::Dense(index) = &mut self.slots {
             index[a as usize * self.width + x as usize] = s + 1;
         }
@@ -573,6 +577,7 @@ impl Exchange {
         self.link_slot(e, s, kind);
     }
 
+    /// Puts entry `e` first in the list of `kind` of slot `s`.
     fn link_slot(&mut self, e: u32, s: u32, kind: Kind) {
         let head = &mut self.heads[s as usize][kind as usize];
         let old = *head;
@@ -580,33 +585,34 @@ impl Exchange {
         self.kinds[s as usize] |= 1 << kind as u8;
         let i = e as usize;
         self.e_next[i] = old;
-        self.e_prev[i] = NIL;
-        self.e_slot[i] = s * 3 + kind as u32;
+        self.e_back[i] = HEAD | (s * 3 + kind as u32);
         if old != NIL {
-            self.e_prev[old as usize] = e;
+            self.e_back[old as usize] = e;
         }
     }
 
     fn unlink(&mut self, e: u32) {
         let i = e as usize;
-        let slot = self.e_slot[i];
-        if slot == NIL {
+        let back = self.e_back[i];
+        if back == NIL {
             return;
         }
-        let (prev, next) = (self.e_prev[i], self.e_next[i]);
-        if prev == NIL {
-            let (s, kind) = ((slot / 3) as usize, (slot % 3) as usize);
+        let next = self.e_next[i];
+        if back & HEAD != 0 {
+            let list = back & !HEAD;
+            let (s, kind) = ((list / 3) as usize, (list % 3) as usize);
             self.heads[s][kind] = next;
             if next == NIL {
                 self.kinds[s] &= !(1 << kind);
             }
         } else {
-            self.e_next[prev as usize] = next;
+            self.e_next[back as usize] = next;
         }
+        // The next entry takes this one's place: after its previous entry, or first.
         if next != NIL {
-            self.e_prev[next as usize] = prev;
+            self.e_back[next as usize] = back;
         }
-        self.e_slot[i] = NIL;
+        self.e_back[i] = NIL;
     }
 }
 
