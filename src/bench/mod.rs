@@ -291,7 +291,8 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         leaving.len(),
         online.len()
     );
-    let mut fastest: Option<Measured<Plan>> = None;
+    // The fastest CPU time and the highest peak RSS of the re-plans before the last.
+    let mut earlier: Option<(Duration, Option<f64>)> = None;
     for round in 0..REPEATS {
         if round > 0 {
             for (bot, channels) in &leaving {
@@ -304,31 +305,32 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         }
         if round + 1 < REPEATS {
             let timed = measure(|| planner.plan(&mut fleet.index));
-            if fastest.as_ref().is_none_or(|f| timed.cpu < f.cpu) {
-                fastest = Some(timed);
-            }
+            earlier = Some(match earlier {
+                None => (timed.cpu, timed.peak_mb),
+                Some((cpu, peak_mb)) => (cpu.min(timed.cpu), higher(peak_mb, timed.peak_mb)),
+            });
         }
     }
-    let many = replan(&mut fleet, &mut planner, &what, fastest);
+    let many = replan(&mut fleet, &mut planner, &what, earlier);
     offline && back && many
 }
 
 /// Times an incremental re-plan next to a from-scratch plan of the same state (the fallback it
 /// must never be slower than), and checks its moves against that plan's, the exact minimum.
-/// `earlier`: the fastest of earlier re-plans of the same change, whose time counts when it is
-/// the faster. Returns whether they agree.
+/// `earlier`: the fastest CPU time and the highest peak RSS of earlier re-plans of the same
+/// change, counted with this one's. Returns whether they agree.
 fn replan(
     fleet: &mut Fleet,
     planner: &mut Planner,
     what: &str,
-    earlier: Option<Measured<Plan>>,
+    earlier: Option<(Duration, Option<f64>)>,
 ) -> bool {
     let exact = best_of(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
     let last = measure(|| planner.plan(&mut fleet.index));
     let (mut cpu, mut peak_mb) = (last.cpu, last.peak_mb);
-    if let Some(earlier) = earlier {
-        cpu = cpu.min(earlier.cpu);
-        peak_mb = higher(peak_mb, earlier.peak_mb);
+    if let Some((earlier_cpu, earlier_peak_mb)) = earlier {
+        cpu = cpu.min(earlier_cpu);
+        peak_mb = higher(peak_mb, earlier_peak_mb);
     }
     let (e, i) = (
         exact.value.platform(PLATFORM).expect("planned"),
