@@ -23,7 +23,7 @@ mod takeover;
 use std::time::{Duration, Instant};
 
 use crate::balance::{self, Plan, Planner, Strategy};
-use crate::index::BotIx;
+use crate::index::{BotIx, PlatformIndex};
 use fleets::{Fleet, PLATFORM};
 
 #[derive(clap::Args)]
@@ -245,11 +245,7 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     drop(primed);
     let p = fleet.index.platform(PLATFORM).expect("fleet platform");
     let bot_name = p.bot_id(bot).to_owned();
-    let channels: Vec<String> = p
-        .channels_of(bot)
-        .iter()
-        .map(|&c| p.channel_id(c).to_owned())
-        .collect();
+    let channels = channel_ids(p, bot);
     let load = p.load(bot);
 
     fleet.index.bot_offline(PLATFORM, &bot_name);
@@ -280,11 +276,7 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     let leaving: Vec<(String, Vec<String>)> = online
         .iter()
         .step_by(10)
-        .map(|&b| {
-            let channels = p.channels_of(b).iter();
-            let channels = channels.map(|&c| p.channel_id(c).to_owned()).collect();
-            (p.bot_id(b).to_owned(), channels)
-        })
+        .map(|&b| (p.bot_id(b).to_owned(), channel_ids(p, b)))
         .collect();
     let what = format!(
         "{} of {} online bots offline at once (a full re-plan)",
@@ -305,10 +297,7 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         }
         if round + 1 < REPEATS {
             let timed = measure(|| planner.plan(&mut fleet.index));
-            earlier = Some(match earlier {
-                None => (timed.cpu, timed.peak_mb),
-                Some((cpu, peak_mb)) => (cpu.min(timed.cpu), higher(peak_mb, timed.peak_mb)),
-            });
+            earlier = Some(fastest_and_highest(earlier, &timed));
         }
     }
     let many = replan(&mut fleet, &mut planner, &what, earlier);
@@ -327,11 +316,7 @@ fn replan(
 ) -> bool {
     let exact = best_of(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
     let last = measure(|| planner.plan(&mut fleet.index));
-    let (mut cpu, mut peak_mb) = (last.cpu, last.peak_mb);
-    if let Some((earlier_cpu, earlier_peak_mb)) = earlier {
-        cpu = cpu.min(earlier_cpu);
-        peak_mb = higher(peak_mb, earlier_peak_mb);
-    }
+    let (cpu, peak_mb) = fastest_and_highest(earlier, &last);
     let (e, i) = (
         exact.value.platform(PLATFORM).expect("planned"),
         last.value.platform(PLATFORM).expect("planned"),
@@ -353,6 +338,23 @@ fn replan(
         if agree { "equal ✓" } else { "✗ MISMATCH" },
     );
     agree
+}
+
+/// The fastest CPU time and the highest peak RSS of the runs so far and `run`.
+fn fastest_and_highest<T>(
+    so_far: Option<(Duration, Option<f64>)>,
+    run: &Measured<T>,
+) -> (Duration, Option<f64>) {
+    match so_far {
+        None => (run.cpu, run.peak_mb),
+        Some((cpu, peak_mb)) => (cpu.min(run.cpu), higher(peak_mb, run.peak_mb)),
+    }
+}
+
+/// The ids of a bot's channels, to bring it back online with.
+fn channel_ids(p: &PlatformIndex, bot: BotIx) -> Vec<String> {
+    let channels = p.channels_of(bot).iter();
+    channels.map(|&c| p.channel_id(c).to_owned()).collect()
 }
 
 /// The bot with the median load among bots that have channels.
