@@ -513,12 +513,12 @@ impl Exchange {
             return e;
         }
         let e = self.e_chan.len() as u32;
+        assert!(e < HEAD, "too many membership entries");
         self.e_chan.push(channel);
         self.e_node.push(node);
         self.e_sib.push(NIL);
         self.e_next.push(NIL);
         self.e_back.push(NIL);
-        assert!(e < HEAD, "too many membership entries");
         e
     }
 
