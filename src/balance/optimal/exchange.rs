@@ -69,7 +69,11 @@ pub(crate) struct Exchange {
     /// where the heads did not.
     kinds: Vec<u8>,
     nbrs: Vec<Vec<Nbr>>,
-    rnbrs: Vec<Vec<Nbr>>,
+    /// The pairs by their second node: only the flow's backward searches read them, and a
+    /// one-off plan with no previous assignment never runs one, so they are made on first
+    /// need ([`Exchange::reverse_pairs`]) rather than pushed pair by pair while the graph is
+    /// built, a write to one of thousands of growing lists each time.
+    rnbrs: Option<Vec<Vec<Nbr>>>,
     load: Vec<u32>,
     // per channel
     at: Vec<u32>,
@@ -105,7 +109,7 @@ impl Exchange {
             heads: Vec::new(),
             kinds: Vec::new(),
             nbrs: vec![Vec::new(); width],
-            rnbrs: vec![Vec::new(); width],
+            rnbrs: None,
             load: vec![0; width],
             at: vec![NIL; channels],
             home: vec![NIL; channels],
@@ -308,9 +312,30 @@ impl Exchange {
     }
 
     /// Nodes `a` for which some arc `a → x` may exist (a superset, never shrinks), with the
-    /// pair's slot.
+    /// pair's slot. Only after [`Exchange::reverse_pairs`].
     pub(crate) fn rnbrs(&self, x: u32) -> &[Nbr] {
-        &self.rnbrs[x as usize]
+        &self.rnbrs.as_ref().expect("reverse pairs made")[x as usize]
+    }
+
+    /// Makes [`Exchange::rnbrs`] available (once; later pairs keep it up to date).
+    pub(crate) fn reverse_pairs(&mut self) {
+        if self.rnbrs.is_some() {
+            return;
+        }
+        let mut count = vec![0usize; self.width];
+        for n in self.nbrs.iter().flatten() {
+            count[n.node as usize] += 1;
+        }
+        let mut rnbrs: Vec<Vec<Nbr>> = count.into_iter().map(Vec::with_capacity).collect();
+        for (a, nbrs) in self.nbrs.iter().enumerate() {
+            for &Nbr { node: x, slot } in nbrs {
+                rnbrs[x as usize].push(Nbr {
+                    node: a as u32,
+                    slot,
+                });
+            }
+        }
+        self.rnbrs = Some(rnbrs);
     }
 
     pub(crate) fn members(&self, channel: u32) -> Members<'_> {
@@ -568,7 +593,9 @@ impl Exchange {
         self.heads.push([NIL; 3]);
         self.kinds.push(0);
         self.nbrs[a as usize].push(Nbr { node: x, slot: s });
-        self.rnbrs[x as usize].push(Nbr { node: a, slot: s });
+        if let Some(rnbrs) = &mut self.rnbrs {
+            rnbrs[x as usize].push(Nbr { node: a, slot: s });
+        }
         s
     }
 

@@ -336,6 +336,7 @@ impl Flow {
         ex: &mut Exchange,
         budget: u64,
     ) -> Result<(), OverBudget> {
+        ex.reverse_pairs();
         self.sum_f = self.f.iter().sum();
         self.place_waiting(ex);
         let mut search = Search::new(self.f.len() + 1);
