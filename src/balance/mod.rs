@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use rustc_hash::FxHashMap;
 
-use crate::index::{BotIx, ChanIx, FleetIndex, Members, PlatformIndex};
+use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
 pub use rules::{Resolved, Rules};
 pub use stats::LoadStats;
 
@@ -359,7 +359,6 @@ fn finish(p: &PlatformIndex, resolved: &Resolved, outcome: Outcome) -> PlatformP
         unassigned,
         stats: LoadStats::new(Vec::new()),
     };
-    let mut valid = Members::new();
     for (c, new) in candidates {
         let previous = p.assignee(c);
         if new == previous || resolved.is_excluded(c) {
@@ -373,8 +372,7 @@ fn finish(p: &PlatformIndex, resolved: &Resolved, outcome: Outcome) -> PlatformP
         }
         plan.changes.push((c, new));
         if let Some(from) = previous {
-            resolved.valid_bots(p, c, &mut valid);
-            let forced = !valid.contains(&from);
+            let forced = !resolved.valid_bots(p, c).any(|b| b == from);
             if forced {
                 plan.forced += 1;
             } else {

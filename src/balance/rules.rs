@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use crate::index::{BotIx, ChanIx, Members, PlatformIndex};
+use crate::index::{BotIx, ChanIx, PlatformIndex};
 use crate::model::split_key;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -122,24 +122,29 @@ impl Resolved {
             .find(|b| members.contains(b) && index.is_online(*b))
     }
 
-    /// The bots a channel may go to: its pinned bot alone, else its online members. Empty for
-    /// an excluded channel (check [`Resolved::is_excluded`] to tell the two apart).
-    pub fn valid_bots(&self, index: &PlatformIndex, channel: ChanIx, out: &mut Members) {
-        out.clear();
-        if self.is_excluded(channel) {
-            return;
-        }
-        if let Some(pin) = self.pinned(index, channel) {
-            out.push(pin);
-            return;
-        }
-        out.extend(
-            index
-                .members(channel)
-                .iter()
-                .copied()
-                .filter(|&b| index.is_online(b)),
-        );
+    /// The bots a channel may go to: its pinned bot alone, else its online members. None for
+    /// an excluded channel (check [`Resolved::is_excluded`] to tell the two apart). An
+    /// iterator, so that a plan writes each channel's bots straight where it keeps them.
+    pub fn valid_bots<'a>(
+        &self,
+        index: &'a PlatformIndex,
+        channel: ChanIx,
+    ) -> impl Iterator<Item = BotIx> + 'a {
+        let members = index.members(channel);
+        let (pinned, members) = if !self.flagged(channel) {
+            (None, members)
+        } else if self.is_excluded(channel) {
+            (None, &[][..])
+        } else {
+            match self.pinned(index, channel) {
+                Some(pin) => (Some(pin), &[][..]),
+                None => (None, members),
+            }
+        };
+        // A pinned bot is an online member already.
+        pinned
+            .into_iter()
+            .chain(members.iter().copied().filter(|&b| index.is_online(b)))
     }
 }
 
@@ -192,9 +197,8 @@ mod tests {
             None,
             "no valid entry left: balanced normally"
         );
-        let mut out = Members::new();
-        r.valid_bots(&p, c, &mut out);
-        assert_eq!(out.as_slice(), [p.find_bot("1").unwrap()]);
+        let valid: Vec<BotIx> = r.valid_bots(&p, c).collect();
+        assert_eq!(valid, [p.find_bot("1").unwrap()]);
     }
 
     #[test]
@@ -207,9 +211,8 @@ mod tests {
         let r = rules.resolve(&p);
         assert!(r.is_excluded(p.find_channel("100").unwrap()));
         assert!(r.is_excluded(p.find_channel("200").unwrap()));
-        let mut out = Members::new();
-        r.valid_bots(&p, p.find_channel("100").unwrap(), &mut out);
-        assert!(out.is_empty());
+        let mut valid = r.valid_bots(&p, p.find_channel("100").unwrap());
+        assert_eq!(valid.next(), None);
     }
 
     #[test]

@@ -184,14 +184,13 @@ fn write_instance(fleet: &Fleet, previous: &[Option<BotIx>], path: &Path) -> std
     let rules = fleet.rules.resolve(p);
     let mut out = BufWriter::new(std::fs::File::create(path)?);
     writeln!(out, "{}", p.bot_count())?;
-    let mut valid = crate::index::Members::new();
     for c in 0..p.channel_count() as u32 {
-        rules.valid_bots(p, c, &mut valid);
-        if valid.is_empty() {
+        let mut valid = rules.valid_bots(p, c).peekable();
+        if valid.peek().is_none() {
             continue;
         }
         write!(out, "{}", previous[c as usize].map_or(-1, i64::from))?;
-        for b in valid.iter() {
+        for b in valid {
             write!(out, " {b}")?;
         }
         writeln!(out)?;

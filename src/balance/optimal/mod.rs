@@ -37,7 +37,7 @@ use flow::{Cost, Flow};
 
 use crate::balance::Outcome;
 use crate::balance::rules::Resolved;
-use crate::index::{BotIx, ChanIx, Journal, Members, PlatformIndex};
+use crate::index::{BotIx, ChanIx, Journal, PlatformIndex};
 
 /// The reusable solver state of one platform. Between plans every channel in the graph is at
 /// its home, the index's assignee once the plan is applied.
@@ -81,19 +81,18 @@ impl State {
         let mut place = vec![NIL; channels];
         // Valid bots beyond the first, for the channels step 1 still has to place.
         let mut options = vec![NIL; channels];
-        let mut valid = Members::new();
         for c in 0..channels as ChanIx {
-            resolved.valid_bots(index, c, &mut valid);
-            valid_lists.push(valid.iter().map(|&b| node(b)));
-            if let Some(prev) = index.assignee(c).filter(|b| valid.contains(b)) {
-                home[c as usize] = node(prev);
+            valid_lists.push(resolved.valid_bots(index, c).map(node));
+            let valid = valid_lists.of(c as usize);
+            if let Some(prev) = index.assignee(c).map(node).filter(|v| valid.contains(v)) {
+                home[c as usize] = prev;
                 has_previous = true;
             }
-            match valid.as_slice() {
+            match valid {
                 [] => {}
-                [only] => {
-                    place[c as usize] = node(*only);
-                    load[node(*only) as usize] += 1;
+                &[only] => {
+                    place[c as usize] = only;
+                    load[only as usize] += 1;
                 }
                 more => options[c as usize] = more.len() as u32 - 1,
             }
@@ -201,13 +200,11 @@ impl State {
             }
         }
 
-        let mut valid = Members::new();
         let mut nodes: Vec<u32> = Vec::new();
         let mut changed = Vec::new();
         for &c in &touched {
-            resolved.valid_bots(index, c, &mut valid);
             nodes.clear();
-            nodes.extend(valid.iter().map(|&b| node(b)));
+            nodes.extend(resolved.valid_bots(index, c).map(node));
             if self.ex.contains(c) && nodes.is_empty() {
                 changed.push(c);
             }
