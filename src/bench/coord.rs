@@ -6,10 +6,13 @@
 //!   unassigned groups (the claim: in-process, then Redis `SET NX`);
 //! * claims/s straight to Redis through the claim code;
 //! * raw `SET NX EX` throughput of the same client type on the same Redis, in the same run,
-//!   as the reference for the ratios.
+//!   as the reference for the ratios; each group of compared operations takes turns, so the
+//!   machine's drift over seconds falls on all of them alike.
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -91,19 +94,19 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     println!(
-        "coordination: {CLIENTS} concurrent clients, {}s per measurement, loopback, redis {url}",
+        "coordination: {CLIENTS} concurrent clients, {}s per measurement in {TURNS} turns alternating with the rest of its group, loopback, redis {url}",
         DURATION.as_secs()
     );
 
+    // The operations compared in one ratio take turns (see `side_by_side`).
     let raw_redis = redis.clone();
-    let raw = measure(move |i, n| {
+    let raw = operation(move |i, n| {
         let redis = raw_redis.clone();
         async move {
             let mut conn = redis.conn().await.expect("connected");
             raw_set_nx(&mut conn, format!("bench:raw:{i}:{n}")).await;
         }
-    })
-    .await;
+    });
     // The same, one connection per client with one command in flight, as each HTTP client
     // below has: the round trip a decision that needs Redis would pay.
     let client = redis::Client::open(url.as_str())?;
@@ -111,51 +114,50 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
     for _ in 0..CLIENTS {
         dedicated.push(client.get_multiplexed_async_connection().await?);
     }
-    let raw_dedicated = measure(move |i, n| {
+    let raw_dedicated = operation(move |i, n| {
         let mut conn = dedicated[i].clone();
         async move { raw_set_nx(&mut conn, format!("bench:raw1:{i}:{n}")).await }
-    })
-    .await;
+    });
     let claims = Arc::new(Claims::new(
         Some(redis.clone()),
         "bench:msg_claim",
         86400,
         &dir,
     ));
-    let claimer = claims.clone();
-    let direct = measure(move |i, n| {
-        let claims = claimer.clone();
+    let direct = operation(move |i, n| {
+        let claims = claims.clone();
         async move {
             let (won, _) = claims
                 .persistent("ingress_gate", 424242, (i as u64) << 32 | n, 1001)
                 .await;
             assert!(won);
         }
-    })
-    .await;
+    });
     let assigned_body = |i: usize, n: u64| {
         let group = 1 + (n % 3000);
         format!(
             r#"{{"platform":"onebot","self_id":"1001","group_id":"{group}","user_id":"42","text":"hello {i} {n}","time":1786000000,"lane":"chat"}}"#
         )
     };
-    let assigned = measure_http(api_port, assigned_body).await?;
-    let fallback = measure_http(api_port, |i, n| {
+    let assigned = http_operation(api_port, assigned_body).await?;
+    let fallback = http_operation(api_port, |i, n| {
         format!(
             r#"{{"platform":"onebot","self_id":"1001","group_id":"900001","user_id":"42","text":"claim {i} {n}","time":1786000000,"lane":"chat"}}"#
         )
     })
     .await?;
     let shared = Pipelined::connect(api_port).await?;
-    let pipelined = measure(move |i, n| {
+    let pipelined = operation(move |i, n| {
         let shared = shared.clone();
         let body = assigned_body(i, n);
         async move {
             let answer = shared.request("/v1/ingress", &body).await.expect("answer");
             assert!(answer.contains("\"handle\""), "unexpected answer {answer}");
         }
-    })
-    .await;
+    });
+    let [raw, direct, pipelined] = side_by_side([raw, direct, pipelined]).await;
+    let [raw_dedicated, assigned, fallback] =
+        side_by_side([raw_dedicated, assigned, fallback]).await;
     let line = |what: &str, r: Rate, reference: Option<(Rate, &str)>| match reference {
         Some((base, name)) => println!(
             "    {what:<44}{:>9.0} /s   = {:.2}× {name:<12}{}",
@@ -273,20 +275,87 @@ impl Rate {
     }
 }
 
-/// Runs `op(client, n)` on `CLIENTS` concurrent tasks for `DURATION`.
-async fn measure<F, Fut>(op: F) -> Rate
+/// One operation of client `i`, its `n`th: what [`side_by_side`] runs and times.
+type Operation = Arc<dyn Fn(usize, u64) -> BoxFuture<'static, ()> + Send + Sync>;
+
+fn operation<F, Fut>(op: F) -> Operation
 where
-    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    Arc::new(move |i, n| Box::pin(op(i, n)))
+}
+
+/// `POST /v1/ingress` with `body(i, n)`, client `i` on its own keep-alive connection.
+async fn http_operation(
+    port: u16,
+    body: impl Fn(usize, u64) -> String + Send + Sync + 'static,
+) -> anyhow::Result<Operation> {
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(tokio::sync::Mutex::new(Client::connect(port).await?));
+    }
+    let clients = Arc::new(clients);
+    let body = Arc::new(body);
+    Ok(operation(move |i, n| {
+        let (clients, body) = (clients.clone(), body.clone());
+        async move {
+            // Client `i` is only ever used by task `i`: the lock is never contended.
+            let mut client = clients[i].lock().await;
+            let request = body(i, n);
+            let answer = match client.request("POST", "/v1/ingress", &request).await {
+                Ok(answer) => answer,
+                // The API closes a keep-alive connection left idle past its header timeout,
+                // as these are while the other operations take their turn: connect again.
+                Err(_) => {
+                    *client = Client::connect(port).await.expect("connect");
+                    client
+                        .request("POST", "/v1/ingress", &request)
+                        .await
+                        .expect("answer")
+                }
+            };
+            assert!(answer.contains("\"handle\""), "unexpected answer {answer}");
+        }
+    }))
+}
+
+/// Turns per operation in [`side_by_side`].
+const TURNS: usize = 10;
+
+/// Each operation run by `CLIENTS` concurrent tasks for `DURATION` in all, in [`TURNS`]
+/// turns that alternate with the others' (the order reversed every other round). A shared
+/// machine's speed drifts over seconds, by half at times: measured one after the other, an
+/// operation's ratio to its reference showed the drift as much as the difference.
+async fn side_by_side<const N: usize>(ops: [Operation; N]) -> [Rate; N] {
+    let mut samples: [Vec<u64>; N] = std::array::from_fn(|_| Vec::new());
+    let mut elapsed = [Duration::ZERO; N];
+    let mut next = [0u64; N];
+    for turn in 0..TURNS {
+        for k in 0..N {
+            let k = if turn % 2 == 0 { k } else { N - 1 - k };
+            let started = Instant::now();
+            let (taken, done) = run_for(&ops[k], next[k], DURATION / TURNS as u32).await;
+            elapsed[k] += started.elapsed();
+            next[k] += done;
+            samples[k].extend(taken);
+        }
+    }
+    std::array::from_fn(|k| Rate::new(std::mem::take(&mut samples[k]), elapsed[k]))
+}
+
+/// Runs `op(client, n)` on `CLIENTS` concurrent tasks for `run`, each client's `n` counting
+/// on from `first`: every operation's latency in nanoseconds, and the most operations one
+/// client ran (the next turn's `first`, so keys never repeat).
+async fn run_for(op: &Operation, first: u64, run: Duration) -> (Vec<u64>, u64) {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..CLIENTS {
         let op = op.clone();
         tasks.push(tokio::spawn(async move {
-            let mut samples = Vec::with_capacity(1 << 16);
-            let mut n = 0u64;
-            while start.elapsed() < DURATION {
+            let mut samples = Vec::with_capacity(1 << 14);
+            let mut n = first;
+            while start.elapsed() < run {
                 let began = Instant::now();
                 op(i, n).await;
                 samples.push(began.elapsed().as_nanos() as u64);
@@ -296,40 +365,13 @@ where
         }));
     }
     let mut samples = Vec::new();
+    let mut most = 0;
     for t in tasks {
-        samples.extend(t.await.unwrap_or_default());
+        let taken = t.await.unwrap_or_default();
+        most = most.max(taken.len() as u64);
+        samples.extend(taken);
     }
-    Rate::new(samples, start.elapsed())
-}
-
-async fn measure_http(
-    port: u16,
-    body: impl Fn(usize, u64) -> String + Clone + Send + Sync + 'static,
-) -> anyhow::Result<Rate> {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..CLIENTS {
-        let body = body.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut client = Client::connect(port).await?;
-            let mut samples = Vec::with_capacity(1 << 16);
-            let mut n = 0u64;
-            while start.elapsed() < DURATION {
-                let request = body(i, n);
-                let began = Instant::now();
-                let answer = client.request("POST", "/v1/ingress", &request).await?;
-                samples.push(began.elapsed().as_nanos() as u64);
-                anyhow::ensure!(answer.contains("\"handle\""), "unexpected answer {answer}");
-                n += 1;
-            }
-            anyhow::Ok(samples)
-        }));
-    }
-    let mut samples = Vec::new();
-    for t in tasks {
-        samples.extend(t.await??);
-    }
-    Ok(Rate::new(samples, start.elapsed()))
+    (samples, most)
 }
 
 /// A minimal keep-alive HTTP/1.1 client: enough for a benchmark against our own API.
