@@ -70,8 +70,8 @@ pub(crate) struct Exchange {
     kinds: Vec<u8>,
     nbrs: Vec<Vec<Nbr>>,
     /// The pairs by their second node: only the flow's backward searches read them, and a
-    /// one-off plan with no previous assignment never runs one, so they are made on first
-    /// need ([`Exchange::reverse_pairs`]) rather than pushed pair by pair while the graph is
+    /// one-off plan with no previous assignment never runs one, so they are made when needed
+    /// ([`Exchange::reverse_pairs`]) rather than pushed pair by pair while the graph is
     /// built, a write to one of thousands of growing lists each time.
     rnbrs: Option<Vec<Vec<Nbr>>>,
     load: Vec<u32>,

@@ -157,6 +157,9 @@ impl State {
         let mut state = State { ex, flow };
         if keep {
             state.rehome();
+            // Re-plans route backward too: their reverse pair lists are made now, with the
+            // plan, rather than in the first re-plan, which should cost the size of its change.
+            state.ex.reverse_pairs();
         }
         let assignment = state.assignment();
         (state, assignment)
