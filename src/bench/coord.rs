@@ -11,10 +11,9 @@
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-
-use futures_util::future::BoxFuture;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -155,9 +154,9 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
             assert!(answer.contains("\"handle\""), "unexpected answer {answer}");
         }
     });
-    let [raw, direct, pipelined] = side_by_side([raw, direct, pipelined]).await;
+    let [raw, direct, pipelined] = side_by_side([raw, direct, pipelined]).await?;
     let [raw_dedicated, assigned, fallback] =
-        side_by_side([raw_dedicated, assigned, fallback]).await;
+        side_by_side([raw_dedicated, assigned, fallback]).await?;
     let line = |what: &str, r: Rate, reference: Option<(Rate, &str)>| match reference {
         Some((base, name)) => println!(
             "    {what:<44}{:>9.0} /s   = {:.2}× {name:<12}{}",
@@ -327,7 +326,7 @@ const TURNS: usize = 10;
 /// turns that alternate with the others' (the order reversed every other round). A shared
 /// machine's speed drifts over seconds, by half at times: measured one after the other, an
 /// operation's ratio to its reference showed the drift as much as the difference.
-async fn side_by_side<const N: usize>(ops: [Operation; N]) -> [Rate; N] {
+async fn side_by_side<const N: usize>(ops: [Operation; N]) -> anyhow::Result<[Rate; N]> {
     let mut samples: [Vec<u64>; N] = std::array::from_fn(|_| Vec::new());
     let mut elapsed = [Duration::ZERO; N];
     let mut next = [0u64; N];
@@ -335,19 +334,22 @@ async fn side_by_side<const N: usize>(ops: [Operation; N]) -> [Rate; N] {
         for k in 0..N {
             let k = if turn % 2 == 0 { k } else { N - 1 - k };
             let started = Instant::now();
-            let (taken, done) = run_for(&ops[k], next[k], DURATION / TURNS as u32).await;
+            let (taken, done) = run_for(&ops[k], next[k], DURATION / TURNS as u32).await?;
             elapsed[k] += started.elapsed();
             next[k] += done;
             samples[k].extend(taken);
         }
     }
-    std::array::from_fn(|k| Rate::new(std::mem::take(&mut samples[k]), elapsed[k]))
+    Ok(std::array::from_fn(|k| {
+        Rate::new(std::mem::take(&mut samples[k]), elapsed[k])
+    }))
 }
 
 /// Runs `op(client, n)` on `CLIENTS` concurrent tasks for `run`, each client's `n` counting
 /// on from `first`: every operation's latency in nanoseconds, and the most operations one
-/// client ran (the next turn's `first`, so keys never repeat).
-async fn run_for(op: &Operation, first: u64, run: Duration) -> (Vec<u64>, u64) {
+/// client ran (the next turn's `first`, so keys never repeat). A client that failed (an
+/// operation asserts its answer) fails the measurement.
+async fn run_for(op: &Operation, first: u64, run: Duration) -> anyhow::Result<(Vec<u64>, u64)> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..CLIENTS {
@@ -367,11 +369,13 @@ async fn run_for(op: &Operation, first: u64, run: Duration) -> (Vec<u64>, u64) {
     let mut samples = Vec::new();
     let mut most = 0;
     for t in tasks {
-        let taken = t.await.unwrap_or_default();
+        let taken = t
+            .await
+            .map_err(|e| anyhow::anyhow!("a benchmark client failed: {e}"))?;
         most = most.max(taken.len() as u64);
         samples.extend(taken);
     }
-    (samples, most)
+    Ok((samples, most))
 }
 
 /// A minimal keep-alive HTTP/1.1 client: enough for a benchmark against our own API.
