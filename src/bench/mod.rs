@@ -4,7 +4,8 @@
 //!
 //! Times are for the whole planner call (rule resolution, solving, statistics), as wall clock
 //! and as CPU time of the thread; the ratios use CPU time, which other work on a shared machine
-//! stretches less, and a full plan counts as the fastest of five runs. Peak RSS is the
+//! stretches less, and a full plan counts as the fastest of five runs (the two strategies'
+//! runs taken in turn, so that drift in the machine's speed reaches both alike). Peak RSS is the
 //! process's high-water mark during the call (reset through `/proc/self/clear_refs` before
 //! it), so it includes the fleet index itself. Page faults are the planning thread's, so a
 //! slow run shows how much of it was the allocator handing out fresh pages.
@@ -171,14 +172,51 @@ const REPEATS: usize = 5;
 fn best_of<T>(mut f: impl FnMut() -> T) -> Measured<T> {
     let mut best = measure(&mut f);
     for _ in 1..REPEATS {
-        let next = measure(&mut f);
-        let peak_mb = higher(best.peak_mb, next.peak_mb);
-        if next.cpu < best.cpu {
-            best = next;
-        }
-        best.peak_mb = peak_mb;
+        best = best.or_faster(measure(&mut f));
     }
     best
+}
+
+/// [`best_of`] for two strategies in turn, one run of each per round: the machine's speed
+/// drifts over a bench run (by a fifth within minutes on the 2-core CI machine), and runs
+/// taken in turn meet the same drift, where five of one and then five of the other did not.
+/// Each run keeps only its load statistics. The peak RSS is each strategy's first run's: later
+/// runs of the first start with the memory the second's runs left with the allocator, which
+/// RSS counts.
+fn best_of_in_turn(
+    mut first: impl FnMut() -> Plan,
+    mut second: impl FnMut() -> Plan,
+) -> (Measured<balance::LoadStats>, Measured<balance::LoadStats>) {
+    let run = |f: &mut dyn FnMut() -> Plan| measure(f).map(|plan| stats(&plan).clone());
+    let (mut a, mut b) = (run(&mut first), run(&mut second));
+    let first_peaks = (a.peak_mb, b.peak_mb);
+    for _ in 1..REPEATS {
+        a = a.or_faster(run(&mut first));
+        b = b.or_faster(run(&mut second));
+    }
+    (a.peak_mb, b.peak_mb) = first_peaks;
+    (a, b)
+}
+
+impl<T> Measured<T> {
+    /// The faster of two runs of the same measurement, with the higher peak RSS.
+    fn or_faster(self, next: Measured<T>) -> Measured<T> {
+        let peak_mb = higher(self.peak_mb, next.peak_mb);
+        let mut best = if next.cpu < self.cpu { next } else { self };
+        best.peak_mb = peak_mb;
+        best
+    }
+
+    /// The same measurement of what `f` makes of the value (outside the timed call).
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Measured<U> {
+        Measured {
+            value: f(self.value),
+            time: self.time,
+            cpu: self.cpu,
+            faults: self.faults,
+            peak_mb: self.peak_mb,
+        }
+    }
 }
 
 /// The higher of two peak RSS readings, either of which may be missing.
@@ -223,11 +261,13 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         "  {:<10} {:>11} {:>11} {:>8} {:>10} {:>16} {:>10} {:>8}",
         "strategy", "time", "cpu", "faults", "peak RSS", "Σ load²", "stddev", "max"
     );
-    let greedy = best_of(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Greedy));
+    let (greedy, optimal) = best_of_in_turn(
+        || balance::plan(&fleet.index, &fleet.rules, Strategy::Greedy),
+        || balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal),
+    );
     print_row("greedy", &greedy);
-    let optimal = best_of(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
     print_row("optimal", &optimal);
-    let (g, o) = (stats(&greedy.value), stats(&optimal.value));
+    let (g, o) = (&greedy.value, &optimal.value);
     println!(
         "  optimal/greedy: cpu time {:.2}×, Σ load² {:.4}×, max load {:.3}×",
         ratio(optimal.cpu, greedy.cpu),
@@ -375,8 +415,8 @@ fn stats(plan: &Plan) -> &balance::LoadStats {
     &plan.platform(PLATFORM).expect("planned").stats
 }
 
-fn print_row(name: &str, m: &Measured<Plan>) {
-    let s = stats(&m.value);
+fn print_row(name: &str, m: &Measured<balance::LoadStats>) {
+    let s = &m.value;
     println!(
         "  {:<10} {:>11} {:>11} {:>8} {:>10} {:>16} {:>10.2} {:>8}",
         name,
