@@ -187,12 +187,12 @@ fn best_of_in_turn(
     mut first: impl FnMut() -> Plan,
     mut second: impl FnMut() -> Plan,
 ) -> (Measured<balance::LoadStats>, Measured<balance::LoadStats>) {
-    let run = |f: &mut dyn FnMut() -> Plan| measure(f).map(|plan| stats(&plan).clone());
-    let (mut a, mut b) = (run(&mut first), run(&mut second));
+    let measured = |f: &mut dyn FnMut() -> Plan| measure(f).map(|plan| stats(&plan).clone());
+    let (mut a, mut b) = (measured(&mut first), measured(&mut second));
     let first_peaks = (a.peak_mb, b.peak_mb);
     for _ in 1..REPEATS {
-        a = a.or_faster(run(&mut first));
-        b = b.or_faster(run(&mut second));
+        a = a.or_faster(measured(&mut first));
+        b = b.or_faster(measured(&mut second));
     }
     (a.peak_mb, b.peak_mb) = first_peaks;
     (a, b)
@@ -209,8 +209,26 @@ impl<T> Measured<T> {
 
     /// The same measurement of what `f` makes of the value (outside the timed call).
     fn map<U>(self, f: impl FnOnce(T) -> U) -> Measured<U> {
+        let Measured {
+            value,
+            time,
+            cpu,
+            faults,
+            peak_mb,
+        } = self;
         Measured {
-            value: f(self.value),
+            value: f(value),
+            time,
+            cpu,
+            faults,
+            peak_mb,
+        }
+    }
+
+    /// The measurement without its value.
+    fn timing(&self) -> Measured<()> {
+        Measured {
+            value: (),
             time: self.time,
             cpu: self.cpu,
             faults: self.faults,
@@ -324,7 +342,7 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
         online.len()
     );
     // The fastest CPU time and the highest peak RSS of the re-plans before the last.
-    let mut earlier: Option<(Duration, Option<f64>)> = None;
+    let mut earlier: Option<Measured<()>> = None;
     for round in 0..REPEATS {
         if round > 0 {
             for (bot, channels) in &leaving {
@@ -336,8 +354,8 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
             fleet.index.bot_offline(PLATFORM, bot);
         }
         if round + 1 < REPEATS {
-            let timed = measure(|| planner.plan(&mut fleet.index));
-            earlier = Some(fastest_and_highest(earlier, &timed));
+            let timed = measure(|| planner.plan(&mut fleet.index)).map(drop);
+            earlier = Some(earlier.into_iter().fold(timed, Measured::or_faster));
         }
     }
     let many = replan(&mut fleet, &mut planner, &what, earlier);
@@ -346,17 +364,18 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
 
 /// Times an incremental re-plan next to a from-scratch plan of the same state (the fallback it
 /// must never be slower than), and checks its moves against that plan's, the exact minimum.
-/// `earlier`: the fastest CPU time and the highest peak RSS of earlier re-plans of the same
-/// change, counted with this one's. Returns whether they agree.
+/// `earlier`: earlier re-plans of the same change, whose fastest CPU time and highest peak RSS
+/// count with this one's. Returns whether they agree.
 fn replan(
     fleet: &mut Fleet,
     planner: &mut Planner,
     what: &str,
-    earlier: Option<(Duration, Option<f64>)>,
+    earlier: Option<Measured<()>>,
 ) -> bool {
     let exact = best_of(|| balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
     let last = measure(|| planner.plan(&mut fleet.index));
-    let (cpu, peak_mb) = fastest_and_highest(earlier, &last);
+    let Measured { cpu, peak_mb, .. } =
+        earlier.into_iter().fold(last.timing(), Measured::or_faster);
     let (e, i) = (
         exact.value.platform(PLATFORM).expect("planned"),
         last.value.platform(PLATFORM).expect("planned"),
@@ -378,17 +397,6 @@ fn replan(
         if agree { "equal ✓" } else { "✗ MISMATCH" },
     );
     agree
-}
-
-/// The fastest CPU time and the highest peak RSS of the runs so far and `run`.
-fn fastest_and_highest<T>(
-    so_far: Option<(Duration, Option<f64>)>,
-    run: &Measured<T>,
-) -> (Duration, Option<f64>) {
-    match so_far {
-        None => (run.cpu, run.peak_mb),
-        Some((cpu, peak_mb)) => (cpu.min(run.cpu), higher(peak_mb, run.peak_mb)),
-    }
 }
 
 /// The ids of a bot's channels, to bring it back online with.
