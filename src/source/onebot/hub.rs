@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::conn::Conn;
+use super::protocol;
 use super::settings::Settings;
 use crate::clock::Clock;
 use crate::logs::Limiter;
@@ -52,7 +53,8 @@ struct BotState {
     /// Woken when the current connection ends, so one standing by takes over at once.
     vacancy: Arc<Notify>,
     reported_online: bool,
-    groups: BTreeSet<String>,
+    /// Its groups' numbers: 8 bytes each, where a million strings would be ~50 MB.
+    groups: BTreeSet<i64>,
     /// Group → whether this bot is an admin there, as last observed.
     admin_of: HashMap<String, bool>,
     /// Group → when asking for this bot's role there last failed (not asked again for a while).
@@ -203,12 +205,12 @@ impl Hub {
     }
 
     /// The bot is online with this group list: online if it was not, else joins and leaves.
-    pub async fn online(&self, bot: &str, groups: Vec<String>, origin: Origin) {
+    pub async fn online(&self, bot: &str, groups: Vec<i64>, origin: Origin) {
         let reported = groups.len();
-        let mut fresh: BTreeSet<String> = groups.into_iter().collect();
+        let mut fresh: BTreeSet<i64> = groups.into_iter().collect();
         let cap = self.settings.max_groups_per_bot.get() as usize;
         if fresh.len() > cap {
-            // Keep a stable part (the smallest ids), so a capped bot does not flap.
+            // Keep a stable part (the smallest numbers), so a capped bot does not flap.
             fresh = fresh.into_iter().take(cap).collect();
             self.log
                 .warn("too many groups", &format!("{PLATFORM}:{bot}"), || {
@@ -227,19 +229,19 @@ impl Hub {
                 return vec![FleetEvent::BotOnline {
                     platform: PLATFORM.to_owned(),
                     bot: bot.to_owned(),
-                    channels: fresh.into_iter().collect(),
+                    channels: fresh.iter().map(i64::to_string).collect(),
                     origin,
                 }];
             }
             let left = old.difference(&fresh).map(|g| FleetEvent::ChannelLeft {
                 platform: PLATFORM.to_owned(),
                 bot: bot.to_owned(),
-                channel: g.clone(),
+                channel: g.to_string(),
             });
             let joined = fresh.difference(&old).map(|g| FleetEvent::ChannelJoined {
                 platform: PLATFORM.to_owned(),
                 bot: bot.to_owned(),
-                channel: g.clone(),
+                channel: g.to_string(),
             });
             left.chain(joined).collect()
         });
@@ -273,10 +275,14 @@ impl Hub {
 
     /// The bot joined (`joined`) or left a group, by its own notice.
     pub async fn membership(&self, bot: &str, group: &str, joined: bool) {
+        // Always a number: notices' ids are read by `protocol::id`.
+        let Some(number) = protocol::group_number(group) else {
+            return;
+        };
         let cap = self.settings.max_groups_per_bot.get() as usize;
         let event = self.with(bot, |s| {
             let changed = if joined {
-                if s.groups.len() >= cap && !s.groups.contains(group) {
+                if s.groups.len() >= cap && !s.groups.contains(&number) {
                     self.log.warn("too many groups", &format!("{PLATFORM}:{bot}"), || {
                         format!(
                             "{PLATFORM}:{bot} joined group {group} beyond {cap} groups; ignored \
@@ -285,10 +291,10 @@ impl Hub {
                     });
                     return None;
                 }
-                s.groups.insert(group.to_owned())
+                s.groups.insert(number)
             } else {
                 s.admin_of.remove(group);
-                s.groups.remove(group)
+                s.groups.remove(&number)
             };
             (changed && s.reported_online).then(|| {
                 let (platform, bot, channel) =
@@ -324,10 +330,13 @@ impl Hub {
     /// Unknown roles are asked with `get_group_member_info` (at most `probes` calls, the budget
     /// shared across calls, each given at most 2 s); a failed ask is not repeated for a minute.
     pub async fn group_admins(&self, group: &str, probes: &mut usize) -> Option<BTreeSet<i64>> {
+        let number = protocol::group_number(group)?;
         let bots: Vec<(String, Option<bool>, Option<Conn>)> = {
             let all = self.bots.lock();
             all.iter()
-                .filter(|(_, s)| s.reported_online && s.conn.is_some() && s.groups.contains(group))
+                .filter(|(_, s)| {
+                    s.reported_online && s.conn.is_some() && s.groups.contains(&number)
+                })
                 .map(|(bot, s)| {
                     let resting = s
                         .admin_failed
@@ -350,7 +359,7 @@ impl Hub {
                     let params = serde_json::json!({"group_id": group.parse::<i64>().ok()?, "user_id": bot.parse::<i64>().ok()?});
                     let timeout = self.settings.action_timeout.get().min(ADMIN_PROBE_TIMEOUT);
                     let asked = conn.call("get_group_member_info", params, timeout).await;
-                    let answer = asked.ok().map(|a| a.value());
+                    let answer = asked.ok().map(|a| a.into_value());
                     let role = answer.and_then(|a| {
                         match a.get("role")?.as_str()?.trim().to_lowercase().as_str() {
                             "admin" | "owner" => Some(true),

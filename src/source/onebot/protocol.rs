@@ -9,7 +9,6 @@ use std::fmt;
 
 use serde::Deserializer;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::logs::cut;
@@ -81,26 +80,30 @@ impl std::fmt::Display for FrameError {
     }
 }
 
-/// An action's answer `data`, kept as its JSON text until its reader asks: a group list of
-/// thousands of entries is read straight into ids ([`group_ids`]), never built into a tree.
-#[derive(Debug, Clone)]
-pub struct Data(Box<RawValue>);
-
-impl Data {
-    /// As a JSON tree (for the small answers: login, status, member info).
-    pub fn value(&self) -> Value {
-        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
-    }
+/// An action's answer `data`, read in the same pass as its frame. A list (only
+/// `get_group_list` answers with one: thousands of entries) goes straight into its entries'
+/// group ids, never built into a tree nor kept as text to be read again; anything else (login,
+/// status, member info: small answers) becomes a tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    /// A list's entries: each one's positive `group_id` ([`positive_id`]), if it has one.
+    Entries(Vec<Option<i64>>),
+    /// Anything but a list.
+    Value(Value),
 }
 
-impl PartialEq for Data {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.get() == other.0.get()
+impl Data {
+    /// As a JSON tree, for the small answers; a list, which none of them is, as null.
+    pub fn into_value(self) -> Value {
+        match self {
+            Data::Entries(_) => Value::Null,
+            Data::Value(v) => v,
+        }
     }
 }
 
 /// The top-level fields any event or response this source reads can use; others are skipped
-/// unread, and `data` is kept as text.
+/// unread, and `data` is read as [`Data`].
 const FIELDS: &[&str] = &[
     "post_type",
     "meta_event_type",
@@ -119,10 +122,10 @@ const FIELDS: &[&str] = &[
     "msg",
 ];
 
-/// A frame's top level (an object): the fields of [`FIELDS`] as values, `data` as text.
+/// A frame's top level (an object): the fields of [`FIELDS`] as values, and `data`.
 struct Envelope {
     fields: Map<String, Value>,
-    data: Option<Box<RawValue>>,
+    data: Option<Data>,
 }
 
 impl<'de> serde::Deserialize<'de> for Envelope {
@@ -146,7 +149,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
         // A repeated key keeps its last value, as a JSON tree would.
         while let Some(key) = map.next_key::<String>()? {
             if key == "data" {
-                data = Some(map.next_value::<Box<RawValue>>()?);
+                data = Some(map.next_value::<Data>()?);
             } else if FIELDS.contains(&key.as_str()) {
                 fields.insert(key, map.next_value::<Value>()?);
             } else {
@@ -182,12 +185,11 @@ pub fn parse(text: &str) -> Result<Frame, FrameError> {
             .unwrap_or("")
             .to_owned();
         let ok = retcode == 0 && (status == "ok" || status.is_empty());
-        let null = || RawValue::from_string("null".to_owned()).expect("valid JSON");
         return Ok(Frame::Response(Response {
             echo: obj.remove("echo").unwrap_or(Value::Null),
             ok,
             retcode,
-            data: Data(data.unwrap_or_else(null)),
+            data: data.unwrap_or(Data::Value(Value::Null)),
             message,
         }));
     }
@@ -272,41 +274,82 @@ fn positive_id(v: &Value) -> Option<i64> {
     .filter(|&n| n > 0)
 }
 
-/// The group ids of a `get_group_list` answer, and how many entries were not groups (no
-/// positive `group_id`): those are left out, not fatal. Read from the answer's text in one
-/// pass: only `group_id` is looked at, every other field is skipped unread.
-pub fn group_ids(data: &Data) -> Result<(Vec<String>, usize), FrameError> {
-    let not_a_list = || FrameError("get_group_list: data is not a list".to_owned());
-    let mut de = serde_json::Deserializer::from_str(data.0.get());
-    let GroupList(list) = serde::Deserialize::deserialize(&mut de).map_err(|_| not_a_list())?;
-    let list = list.ok_or_else(not_a_list)?;
-    let bad = list.iter().filter(|g| g.is_none()).count();
-    let groups = list.into_iter().flatten().map(|g| g.to_string()).collect();
-    Ok((groups, bad))
+/// A group's number when `id` writes one as this source does (the decimal of a positive id,
+/// as [`id`] gives it): "05" and "+5" are other channels than group 5.
+pub fn group_number(id: &str) -> Option<i64> {
+    let canonical = id.bytes().all(|b| b.is_ascii_digit()) && !id.starts_with('0');
+    canonical.then(|| id.parse().ok()).flatten()
 }
 
-/// A group list: `None` when it is not a list; an entry is `None` when it has no positive
-/// `group_id`.
-struct GroupList(Option<Vec<Option<i64>>>);
+/// The group ids of a `get_group_list` answer, and how many entries were not groups (no
+/// positive `group_id`): those are left out, not fatal.
+pub fn group_ids(data: Data) -> Result<(Vec<i64>, usize), FrameError> {
+    let Data::Entries(list) = data else {
+        return Err(FrameError("get_group_list: data is not a list".to_owned()));
+    };
+    let bad = list.iter().filter(|g| g.is_none()).count();
+    Ok((list.into_iter().flatten().collect(), bad))
+}
 
-/// One entry's `group_id`, if it is a positive id ([`positive_id`]).
-struct GroupEntry(Option<i64>);
-
-impl<'de> serde::Deserialize<'de> for GroupList {
+impl<'de> serde::Deserialize<'de> for Data {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(AnyOf(|v| match v {
-            Seen::Seq(entries) => GroupList(Some(entries)),
-            _ => GroupList(None),
-        }))
+        deserializer.deserialize_any(DataVisitor)
     }
 }
 
+/// Reads a list as group entries, anything else as a tree.
+struct DataVisitor;
+
+impl<'de> Visitor<'de> for DataVisitor {
+    type Value = Data;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Data, A::Error> {
+        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(GroupEntry(group)) = seq.next_element()? {
+            entries.push(group);
+        }
+        Ok(Data::Entries(entries))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Data, A::Error> {
+        serde::Deserialize::deserialize(de::value::MapAccessDeserializer::new(map)).map(Data::Value)
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Data, E> {
+        Ok(Data::Value(n.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Data, E> {
+        Ok(Data::Value(n.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Data, E> {
+        Ok(Data::Value(n.into()))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Data, E> {
+        Ok(Data::Value(s.into()))
+    }
+
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<Data, E> {
+        Ok(Data::Value(b.into()))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Data, E> {
+        Ok(Data::Value(Value::Null))
+    }
+}
+
+/// One list entry's `group_id`, if it is an object with a positive id ([`positive_id`]).
+struct GroupEntry(Option<i64>);
+
 impl<'de> serde::Deserialize<'de> for GroupEntry {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(AnyOf(|v| match v {
-            Seen::Map(group) => GroupEntry(group),
-            _ => GroupEntry(None),
-        }))
+        deserializer.deserialize_any(GroupEntryVisitor)
     }
 }
 
@@ -319,36 +362,18 @@ enum EntryKey {
     Other,
 }
 
-/// What [`AnyOf`] met, reduced to what the group list readers need.
-enum Seen {
-    /// A list's entries, read as group entries.
-    Seq(Vec<Option<i64>>),
-    /// An object's `group_id`, if positive.
-    Map(Option<i64>),
-    /// Anything else.
-    Other,
-}
+/// Reads an object's `group_id`, skipping its other fields unread; any other value is no
+/// group.
+struct GroupEntryVisitor;
 
-/// One visitor for both readers above: it reads any JSON value and hands what it saw to the
-/// reader's function.
-struct AnyOf<F>(F);
-
-impl<'de, T, F: FnOnce(Seen) -> T> Visitor<'de> for AnyOf<F> {
-    type Value = T;
+impl<'de> Visitor<'de> for GroupEntryVisitor {
+    type Value = GroupEntry;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
-        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(GroupEntry(group)) = seq.next_element()? {
-            entries.push(group);
-        }
-        Ok((self.0)(Seen::Seq(entries)))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<GroupEntry, A::Error> {
         let mut group = None;
         while let Some(key) = map.next_key::<EntryKey>()? {
             if key == EntryKey::GroupId {
@@ -358,31 +383,36 @@ impl<'de, T, F: FnOnce(Seen) -> T> Visitor<'de> for AnyOf<F> {
                 map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok((self.0)(Seen::Map(group)))
+        Ok(GroupEntry(group))
     }
 
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<T, E> {
-        Ok((self.0)(Seen::Other))
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<GroupEntry, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(GroupEntry(None))
     }
 
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<T, E> {
-        Ok((self.0)(Seen::Other))
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<GroupEntry, E> {
+        Ok(GroupEntry(None))
     }
 
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<T, E> {
-        Ok((self.0)(Seen::Other))
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<GroupEntry, E> {
+        Ok(GroupEntry(None))
     }
 
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<T, E> {
-        Ok((self.0)(Seen::Other))
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<GroupEntry, E> {
+        Ok(GroupEntry(None))
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<T, E> {
-        Ok((self.0)(Seen::Other))
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<GroupEntry, E> {
+        Ok(GroupEntry(None))
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<T, E> {
-        Ok((self.0)(Seen::Other))
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<GroupEntry, E> {
+        Ok(GroupEntry(None))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<GroupEntry, E> {
+        Ok(GroupEntry(None))
     }
 }
 
@@ -464,13 +494,13 @@ mod tests {
                 "frame is not a JSON object"
             );
         }
-        // A repeated key counts once, with its last value; `data` is kept as text.
+        // A repeated key counts once, with its last value; `data` that is not a list is a tree.
         let twice = r#"{"retcode":1,"retcode":0,"status":"ok","data":{"a":[1, 2]},"echo":"e"}"#;
         let Frame::Response(r) = parse(twice).unwrap() else {
             panic!()
         };
         assert!(r.ok);
-        assert_eq!(r.data.value(), json!({"a": [1, 2]}));
+        assert_eq!(r.data.into_value(), json!({"a": [1, 2]}));
         let bad_id = r#"{"post_type":"notice","notice_type":"group_increase","self_id":1,"user_id":1,"group_id":"12a"}"#;
         assert!(parse(bad_id).is_err());
     }
@@ -479,25 +509,44 @@ mod tests {
     fn group_lists_and_status() {
         let list = json!([{"group_id": 100001, "group_name": "a"}, {"group_id": "100002"},
             {"group_id": 0}, {"group_id": -9223372036854775808i64}, {"group_id": "-5"}, {"x": 1}]);
-        let data = |v: Value| Data(RawValue::from_string(v.to_string()).unwrap());
-        let (groups, bad) = group_ids(&data(list)).unwrap();
-        assert_eq!(groups, ["100001", "100002"]);
+        // As a frame's `data` is read.
+        let data = |v: Value| serde_json::from_str::<Data>(&v.to_string()).unwrap();
+        let (groups, bad) = group_ids(data(list)).unwrap();
+        assert_eq!(groups, [100001, 100002]);
         assert_eq!(bad, 4);
         let huge = json!({"group_id": "9".repeat(300_000)});
         let e = id(&huge, "group_id").unwrap_err().to_string();
         assert!(e.len() < 300 && e.ends_with("bytes)"), "{e}");
-        assert!(group_ids(&data(json!({"group_id": 1}))).is_err());
+        assert!(group_ids(data(json!({"group_id": 1}))).is_err());
+        assert_eq!(group_number("100001"), Some(100001));
+        for other in ["", "0", "05", "+5", "-5", "5 ", "99999999999999999999", "x"] {
+            assert_eq!(group_number(other), None, "{other:?}");
+        }
         // Read as a JSON tree would be: every kind of value, nested fields skipped, the last
         // of a repeated key.
         let list = r#"[{"group_id": 1.5}, {"group_id": 18446744073709551615}, {"group_id": true},
             {"group_id": null}, {"group_id": [7]}, {"group_id": {"group_id": 7}}, 7, "7", null,
             [{"group_id": 7}], {"x": {"group_id": 7, "y": [1, {"z": "q"}]}, "group_id": "8"},
             {"group_id": 5, "group_id": 9}, {"group_id": 9, "group_id": "x"}]"#;
-        let raw = Data(RawValue::from_string(list.to_owned()).unwrap());
-        assert_eq!(group_ids(&raw).unwrap(), (vec!["8".into(), "9".into()], 11));
-        for not_a_list in [json!(null), json!("[]"), json!({"data": []})] {
-            assert!(group_ids(&data(not_a_list)).is_err());
+        let read = serde_json::from_str::<Data>(list).unwrap();
+        assert_eq!(group_ids(read).unwrap(), (vec![8, 9], 11));
+        for not_a_list in [
+            json!(null),
+            json!("[]"),
+            json!({"data": []}),
+            json!(7),
+            json!(true),
+        ] {
+            let read = data(not_a_list.clone());
+            assert_eq!(read, Data::Value(not_a_list));
+            assert!(group_ids(read).is_err());
         }
+        // A whole answer, its list read in the frame's one pass.
+        let answer = r#"{"status":"ok","retcode":0,"data":[{"group_id":3,"group_name":"x"},{"member_count":1}],"echo":"e"}"#;
+        let Frame::Response(r) = parse(answer).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.data, Data::Entries(vec![Some(3), None]));
         assert!(status_healthy(&json!({"online": true, "good": true})));
         assert!(status_healthy(&json!({"online": null, "good": true})));
         assert!(!status_healthy(&json!({"online": false, "good": true})));

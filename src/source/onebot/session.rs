@@ -100,7 +100,7 @@ async fn run_inner(
     } = start;
     let timeout = hub.settings.action_timeout.get();
     let login = match conn.call("get_login_info", json!({}), timeout).await {
-        Ok(login) => login.value(),
+        Ok(login) => login.into_value(),
         Err(error) => {
             return Err(match conn.rejected() {
                 Some(retcode) => SessionError::Rejected(retcode),
@@ -432,7 +432,7 @@ impl Session {
                 action: "get_group_list",
                 error,
             })?;
-        let (groups, bad) = protocol::group_ids(&data).map_err(|error| SessionError::Answer {
+        let (groups, bad) = protocol::group_ids(data).map_err(|error| SessionError::Answer {
             action: "get_group_list",
             error,
         })?;
@@ -462,7 +462,7 @@ impl Session {
         let _slot = hub.probe_slots.acquire().await;
         let timeout = self.hub.settings.health.probe_timeout.get();
         let healthy = match self.conn.call("get_status", json!({}), timeout).await {
-            Ok(data) => protocol::status_healthy(&data.value()),
+            Ok(data) => protocol::status_healthy(&data.into_value()),
             Err(e) => {
                 warn!("{}: get_status {e}", self.conn.label());
                 false
