@@ -86,8 +86,9 @@ impl std::fmt::Display for FrameError {
 /// status, member info: small answers) becomes a tree.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Data {
-    /// A list's entries: each one's positive `group_id` ([`positive_id`]), if it has one.
-    Entries(Vec<Option<i64>>),
+    /// A list: its entries' positive `group_id`s ([`positive_id`]), and how many entries had
+    /// none (counted, not kept: a list of a million `0`s costs a number, not 16 MB).
+    Entries { groups: Vec<i64>, bad: usize },
     /// Anything but a list.
     Value(Value),
 }
@@ -96,7 +97,7 @@ impl Data {
     /// As a JSON tree, for the small answers; a list, which none of them is, as null.
     pub fn into_value(self) -> Value {
         match self {
-            Data::Entries(_) => Value::Null,
+            Data::Entries { .. } => Value::Null,
             Data::Value(v) => v,
         }
     }
@@ -284,11 +285,10 @@ pub fn group_number(id: &str) -> Option<i64> {
 /// The group ids of a `get_group_list` answer, and how many entries were not groups (no
 /// positive `group_id`): those are left out, not fatal.
 pub fn group_ids(data: Data) -> Result<(Vec<i64>, usize), FrameError> {
-    let Data::Entries(list) = data else {
-        return Err(FrameError("get_group_list: data is not a list".to_owned()));
-    };
-    let bad = list.iter().filter(|g| g.is_none()).count();
-    Ok((list.into_iter().flatten().collect(), bad))
+    match data {
+        Data::Entries { groups, bad } => Ok((groups, bad)),
+        Data::Value(_) => Err(FrameError("get_group_list: data is not a list".to_owned())),
+    }
 }
 
 impl<'de> serde::Deserialize<'de> for Data {
@@ -308,11 +308,14 @@ impl<'de> Visitor<'de> for DataVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Data, A::Error> {
-        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let (mut groups, mut bad) = (Vec::new(), 0);
         while let Some(GroupEntry(group)) = seq.next_element()? {
-            entries.push(group);
+            match group {
+                Some(group) => groups.push(group),
+                None => bad += 1,
+            }
         }
-        Ok(Data::Entries(entries))
+        Ok(Data::Entries { groups, bad })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Data, A::Error> {
@@ -541,12 +544,27 @@ mod tests {
             assert_eq!(read, Data::Value(not_a_list));
             assert!(group_ids(read).is_err());
         }
+        // Entries without a group are counted, not kept.
+        let zeros = data(json!(vec![0; 1000]));
+        assert_eq!(
+            zeros,
+            Data::Entries {
+                groups: vec![],
+                bad: 1000
+            }
+        );
         // A whole answer, its list read in the frame's one pass.
         let answer = r#"{"status":"ok","retcode":0,"data":[{"group_id":3,"group_name":"x"},{"member_count":1}],"echo":"e"}"#;
         let Frame::Response(r) = parse(answer).unwrap() else {
             panic!()
         };
-        assert_eq!(r.data, Data::Entries(vec![Some(3), None]));
+        assert_eq!(
+            r.data,
+            Data::Entries {
+                groups: vec![3],
+                bad: 1
+            }
+        );
         assert!(status_healthy(&json!({"online": true, "good": true})));
         assert!(status_healthy(&json!({"online": null, "good": true})));
         assert!(!status_healthy(&json!({"online": false, "good": true})));
