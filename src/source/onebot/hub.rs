@@ -356,7 +356,7 @@ impl Hub {
                 (Some(a), _) => a,
                 (None, Some(conn)) if *probes > 0 => {
                     *probes -= 1;
-                    let params = serde_json::json!({"group_id": group.parse::<i64>().ok()?, "user_id": bot.parse::<i64>().ok()?});
+                    let params = serde_json::json!({"group_id": number, "user_id": bot.parse::<i64>().ok()?});
                     let timeout = self.settings.action_timeout.get().min(ADMIN_PROBE_TIMEOUT);
                     let asked = conn.call("get_group_member_info", params, timeout).await;
                     let answer = asked.ok().map(|a| a.into_value());
