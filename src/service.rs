@@ -417,7 +417,7 @@ async fn start_api(
         .map_err(|e| anyhow::anyhow!("api.bind {bind}: {e}"))?;
     let addr = listener.local_addr().map_err(anyhow::Error::from)?;
     info!("API listening on http://{addr}");
-    let app = api::router(api, s.config.api.max_body_bytes.get() as usize);
+    let app = api::app(api, s.config.api.max_body_bytes.get() as usize);
     tasks.spawn(api::serve(
         listener,
         app,

@@ -27,8 +27,15 @@ fn bodies_are_measured_before_their_type() {
     let (service, url) = service(&dir);
     let ingress = format!("{url}/v1/ingress");
     let addr = url.trim_start_matches("http://").to_owned();
-    for content_type in [None, Some("text/plain"), Some("application/json")] {
-        assert_eq!(post_1mb(&addr, content_type), 413, "{content_type:?}");
+    // The decision is served in front of the router, the gate through it: both alike.
+    for path in ["/v1/ingress", "/v1/gate/owned"] {
+        for content_type in [None, Some("text/plain"), Some("application/json")] {
+            assert_eq!(
+                post_1mb(&addr, path, content_type),
+                413,
+                "{path} {content_type:?}"
+            );
+        }
     }
     let small = r#"{"platform":"onebot","self_id":1,"group_id":2,"user_id":3,"text":"t","time":1,"lane":"chat"}"#;
     let status = http()
@@ -41,16 +48,62 @@ fn bodies_are_measured_before_their_type() {
     assert_eq!(status, 415);
     let (status, body) = post(&ingress, None, &serde_json::from_str(small).unwrap());
     assert_eq!(status, 200, "{body}");
+    // Other methods than POST are the router's: 405, not a decision.
+    assert_eq!(support::get(&ingress, None).0, 405);
     drop(service);
 }
 
-/// POSTs a 1 MB body to `/v1/ingress` and returns the status. The server answers before the
-/// body is all sent and closes, so the body is written beside the read and its errors are
-/// ignored.
-fn post_1mb(addr: &str, content_type: Option<&str>) -> u16 {
+/// A body that stops arriving gets 408 after 10 s, on the decision (in front of the router)
+/// and on a route of the router alike; the service answers others meanwhile.
+#[test]
+fn stalled_bodies_time_out() {
+    let dir = TempDir::new("http-stalled");
+    let (service, url) = service(&dir);
+    let addr = url.trim_start_matches("http://").to_owned();
+    let stalled: Vec<_> = ["/v1/ingress", "/v1/gate/owned"]
+        .into_iter()
+        .map(|path| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(&addr).unwrap();
+                write!(
+                    stream,
+                    "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                     Content-Length: 100\r\n\r\n{{\"platform\":"
+                )
+                .unwrap();
+                let started = Instant::now();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                let mut response = String::new();
+                let _ = stream.read_to_string(&mut response);
+                (path, started.elapsed(), response)
+            })
+        })
+        .collect();
+    assert_eq!(support::get(&format!("{url}/healthz"), None).0, 200);
+    for thread in stalled {
+        let (path, elapsed, response) = thread.join().unwrap();
+        assert!(response.starts_with("HTTP/1.1 408"), "{path}: {response}");
+        assert!(
+            response.contains("did not arrive within 10s"),
+            "{path}: {response}"
+        );
+        assert!(
+            elapsed >= Duration::from_secs(9),
+            "{path}: after {elapsed:?}"
+        );
+    }
+    drop(service);
+}
+
+/// POSTs a 1 MB body to `path` and returns the status. The server answers before the body is
+/// all sent and closes, so the body is written beside the read and its errors are ignored.
+fn post_1mb(addr: &str, path: &str, content_type: Option<&str>) -> u16 {
     let mut stream = TcpStream::connect(addr).unwrap();
     let mut head = format!(
-        "POST /v1/ingress HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n",
         1 << 20
     );
     if let Some(t) = content_type {
