@@ -1,8 +1,9 @@
-//! The HTTP API (axum): the ingress decision, the assignment, bots and presence, gates, and an
-//! admin rebalance. Every route but `/healthz` needs `Authorization: Bearer <api.token>` when a
-//! token is configured (compared in constant time). Bodies are capped; malformed JSON and
-//! missing or mistyped fields get a 400 with a JSON error naming the field; an unreachable
-//! Redis never makes a 500: the answer says which fallback decided.
+//! The HTTP API (axum; the ingress decision served in front of the router, see [`App`]): the
+//! ingress decision, the assignment, bots and presence, gates, and an admin rebalance. Every
+//! route but `/healthz` needs `Authorization: Bearer <api.token>` when a token is configured
+//! (compared in constant time). Bodies are capped; malformed JSON and missing or mistyped
+//! fields get a 400 with a JSON error naming the field; an unreachable Redis never makes a
+//! 500: the answer says which fallback decided.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
