@@ -78,8 +78,9 @@ struct PlatformView {
     /// start-up, whose first plan sets every channel).
     assignee: FxHashMap<Box<str>, Arc<str>>,
     loads: FxHashMap<Arc<str>, u32>,
-    /// Every bot known (not forgotten), with whether it is online now.
-    bots: HashMap<Box<str>, bool>,
+    /// Every bot known (not forgotten), with whether it is online now. Every ingress
+    /// decision looks up its sender here, and its group's assignee.
+    bots: FxHashMap<Box<str>, bool>,
     /// Counts from the last plan.
     counts: PlatformCounts,
 }

@@ -21,6 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::claim::{Claims, Via, valid_plugin};
@@ -40,11 +41,13 @@ pub enum Lane {
     Fanout,
 }
 
-/// `POST /v1/ingress` body. Ids are decimal strings or integers.
+/// `POST /v1/ingress` body. Ids are decimal strings or integers. Its strings borrow from the
+/// body when they hold no escapes, so reading a request allocates nothing.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Request {
-    pub platform: String,
+pub struct Request<'a> {
+    #[serde(borrow)]
+    pub platform: Cow<'a, str>,
     #[serde(deserialize_with = "id")]
     pub self_id: i64,
     /// Absent or null for a private message.
@@ -52,19 +55,20 @@ pub struct Request {
     pub group_id: Option<i64>,
     #[serde(deserialize_with = "id")]
     pub user_id: i64,
-    pub text: String,
+    #[serde(borrow)]
+    pub text: Cow<'a, str>,
     /// Message time, seconds or milliseconds.
     pub time: f64,
     #[serde(default, deserialize_with = "ids")]
     pub at: Vec<i64>,
     pub lane: Lane,
-    #[serde(default)]
-    pub plugin: Option<String>,
+    #[serde(default, borrow, deserialize_with = "optional_text")]
+    pub plugin: Option<Cow<'a, str>>,
     /// Federate candidate capability (`command`, `llm_alias`, `hosted_activity`; `command` by
     /// default on the command lane): this bot registers and only the smallest candidate bot
     /// claims.
-    #[serde(default)]
-    pub candidate: Option<String>,
+    #[serde(default, borrow, deserialize_with = "optional_text")]
+    pub candidate: Option<Cow<'a, str>>,
     /// A hard trigger without a capability: yield to any registered candidate.
     #[serde(default)]
     pub candidate_wait: bool,
@@ -96,8 +100,12 @@ fn decision(handle: bool, reason: Reason, assignee: Option<Arc<str>>) -> Decisio
     }
 }
 
+/// The reason as words; most are fixed words, written without the formatting machinery.
 fn as_text<S: serde::Serializer>(reason: &Reason, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(reason)
+    match reason.fixed_text() {
+        Some(text) => s.serialize_str(text),
+        None => s.collect_str(reason),
+    }
 }
 
 /// Why a bot handles a message or not.
@@ -185,25 +193,38 @@ impl Reason {
     }
 }
 
+impl Reason {
+    /// The words of a reason that has no details, `None` for one that has.
+    fn fixed_text(&self) -> Option<&'static str> {
+        Some(match self {
+            Reason::SentByFleetBot => "sent by a bot of the fleet",
+            Reason::SentByPeerBot => "sent by a bot of another deployment",
+            Reason::Private => "private message",
+            Reason::Mentioned => "mentioned",
+            Reason::OtherBotMentioned => "another bot of the fleet is mentioned",
+            Reason::PeerBotMentioned => "a bot of another deployment is mentioned",
+            Reason::Fanout => "fanout lane",
+            Reason::PeerDeclaresCommand => "a deployment that declares this command takes it",
+            Reason::Assignee => "assignee",
+            Reason::AssignedToAnotherBot => "assigned to another bot",
+            Reason::GroupAdminOwner { .. }
+            | Reason::OwnedByDeployment(_)
+            | Reason::Claim { .. }
+            | Reason::Pool { .. } => return None,
+        })
+    }
+}
+
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(text) = self.fixed_text() {
+            return f.write_str(text);
+        }
         match self {
-            Reason::SentByFleetBot => f.write_str("sent by a bot of the fleet"),
-            Reason::SentByPeerBot => f.write_str("sent by a bot of another deployment"),
-            Reason::Private => f.write_str("private message"),
-            Reason::Mentioned => f.write_str("mentioned"),
-            Reason::OtherBotMentioned => f.write_str("another bot of the fleet is mentioned"),
-            Reason::PeerBotMentioned => f.write_str("a bot of another deployment is mentioned"),
-            Reason::Fanout => f.write_str("fanout lane"),
-            Reason::PeerDeclaresCommand => {
-                f.write_str("a deployment that declares this command takes it")
-            }
             Reason::GroupAdminOwner { bot, deployment } => {
                 write!(f, "group-admin owner: bot {bot} of deployment {deployment}")
             }
             Reason::OwnedByDeployment(d) => write!(f, "group owned by deployment {d}"),
-            Reason::Assignee => f.write_str("assignee"),
-            Reason::AssignedToAnotherBot => f.write_str("assigned to another bot"),
             Reason::Claim { because, won, via } => {
                 let because = match because {
                     NoAssignee::Excluded => "excluded channel",
@@ -218,6 +239,7 @@ impl std::fmt::Display for Reason {
                 write!(f, "{because}: {outcome} ({})", via.describe())
             }
             Reason::Pool { local, outcome } => write!(f, "{local}; {}", outcome.describe()),
+            _ => unreachable!("{self:?} has a fixed text"),
         }
     }
 }
@@ -239,7 +261,7 @@ pub struct Ingress {
 
 impl Ingress {
     /// Decides; `Err` names a bad field.
-    pub async fn decide(&self, r: &Request) -> Result<Decision, BadRequest> {
+    pub async fn decide(&self, r: &Request<'_>) -> Result<Decision, BadRequest> {
         let plugin = r.plugin.as_deref().unwrap_or(DEFAULT_PLUGIN);
         if !valid_plugin(plugin) {
             return Err(BadRequest::Plugin(plugin.to_owned()));
@@ -248,7 +270,7 @@ impl Ingress {
             return Err(BadRequest::EmptyPlatform);
         }
         let view = &self.view;
-        let p = r.platform.as_str();
+        let p = &*r.platform;
         let federate = self.federate.as_ref();
         let mut id = itoa::Buffer::new();
         if view.is_fleet_bot(p, id.format(r.user_id)) {
@@ -334,7 +356,7 @@ impl Ingress {
     /// Which bot of this deployment handles the message: the online assignee, else the
     /// first claimer. The assignee case, most messages, is one lookup in the view and
     /// allocates nothing.
-    async fn local_decision(&self, r: &Request, plugin: &str, group: i64) -> Decision {
+    async fn local_decision(&self, r: &Request<'_>, plugin: &str, group: i64) -> Decision {
         let mut id = itoa::Buffer::new();
         let (because, assignee) = match self.view.route(&r.platform, id.format(group)) {
             Route::Online(bot) => {
@@ -358,7 +380,7 @@ impl Ingress {
 
 /// The message's claim key, as Pallas-Bot computes it (a SHA-256 of its signature): only
 /// asked for when a claim decides.
-fn signature_key(r: &Request, group: i64) -> u64 {
+fn signature_key(r: &Request<'_>, group: i64) -> u64 {
     Signature::new(
         group,
         r.user_id,
@@ -373,7 +395,7 @@ fn signature_key(r: &Request, group: i64) -> u64 {
 /// The pool-wide claim for the bot this deployment picked: one deployment per message.
 async fn pool_claim(
     f: &Federate,
-    r: &Request,
+    r: &Request<'_>,
     group: i64,
     command_traffic: bool,
     local: Decision,
@@ -437,6 +459,16 @@ impl<'de> serde::de::Visitor<'de> for IdVisitor {
 
 fn id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     d.deserialize_any(IdVisitor)
+}
+
+/// An optional string, borrowed from the body as a present one is (serde borrows a `Cow`
+/// field, not a `Cow` inside an `Option`).
+fn optional_text<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Cow<'a, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Text>::deserialize(d)?.map(|Text(text)| text))
 }
 
 /// An id, or null.
@@ -512,7 +544,7 @@ fn ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<i64>, D::Error> {
 mod tests {
     use super::*;
 
-    fn parse(json: &str) -> Result<Request, String> {
+    fn parse(json: &str) -> Result<Request<'_>, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
@@ -557,5 +589,65 @@ mod tests {
             let error = parse(&body(field)).unwrap_err();
             assert!(error.contains(expected), "{field}: {error}");
         }
+    }
+
+    #[test]
+    fn strings_borrow_from_the_body_unless_escaped() {
+        let r = parse(
+            r#"{"platform":"onebot","self_id":1,"user_id":2,"text":"caf\u00e9 \"x\"",
+                "time":1,"lane":"chat","plugin":"p1","candidate":"llm\u005falias"}"#,
+        )
+        .unwrap();
+        assert!(matches!(r.platform, Cow::Borrowed("onebot")));
+        assert!(matches!(r.plugin, Some(Cow::Borrowed("p1"))));
+        assert!(matches!(&r.candidate, Some(Cow::Owned(c)) if c == "llm_alias"));
+        let none = parse(
+            r#"{"platform":"onebot","self_id":1,"user_id":2,"text":"","time":1,"lane":"chat",
+                "plugin":null}"#,
+        )
+        .unwrap();
+        assert_eq!((none.plugin, none.candidate), (None, None));
+        let error = parse(
+            r#"{"platform":"onebot","self_id":1,"user_id":2,"text":"","time":1,"lane":"chat",
+                "plugin":5}"#,
+        )
+        .unwrap_err();
+        assert!(error.contains("invalid type: integer `5`"), "{error}");
+        assert!(matches!(&r.text, Cow::Owned(text) if text == "café \"x\""));
+    }
+
+    #[test]
+    fn a_reason_reads_the_same_in_the_api_and_in_logs() {
+        let claim = Reason::Claim {
+            because: NoAssignee::AssigneeOffline,
+            won: true,
+            via: Via::Redis,
+        };
+        let reasons = [
+            Reason::SentByFleetBot,
+            Reason::Private,
+            Reason::Assignee,
+            Reason::AssignedToAnotherBot,
+            Reason::OwnedByDeployment("d2".into()),
+            claim.clone(),
+            Reason::Pool {
+                local: Box::new(Reason::Assignee),
+                outcome: Outcome::Won,
+            },
+        ];
+        for reason in reasons {
+            let shown = reason.to_string();
+            assert!(!shown.is_empty());
+            let answer = serde_json::to_value(decision(true, reason, None)).unwrap();
+            assert_eq!(answer["reason"], shown);
+        }
+        assert_eq!(Reason::Assignee.to_string(), "assignee");
+        assert_eq!(
+            claim.to_string(),
+            format!(
+                "assignee offline: won the claim ({})",
+                Via::Redis.describe()
+            )
+        );
     }
 }
