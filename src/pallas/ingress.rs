@@ -191,9 +191,7 @@ impl Reason {
             Reason::Pool { .. } => 13,
         }
     }
-}
 
-impl Reason {
     /// The words of a reason that has no details, `None` for one that has.
     fn fixed_text(&self) -> Option<&'static str> {
         Some(match self {
