@@ -172,7 +172,7 @@ impl Engine {
                 origin,
             } => {
                 self.offline_since.remove(&(platform.clone(), bot.clone()));
-                self.index.bot_online(platform, bot, channels);
+                self.index.bot_reported(platform, bot, channels);
                 info!(
                     "bot {platform}:{bot} online in {} channel(s)",
                     channels.len()

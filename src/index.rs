@@ -17,6 +17,7 @@ use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 pub use crate::model::{BotIx, ChanIx};
+use crate::model::{ChannelIds, canonical_number};
 
 /// Ids interned to dense indices. The ids share one text buffer and the hash tables hold only
 /// indices into it, so an id costs its bytes plus 16–24, with no allocation of its own: a
@@ -31,7 +32,7 @@ struct Interner {
     text: String,
     /// Where each id ends in `text`; it starts where the one before ends.
     ends: Vec<u32>,
-    /// Ids that are numbers ([`as_number`]): (the number, index).
+    /// Ids that are numbers ([`canonical_number`]): (the number, index).
     numbers: HashTable<(u64, u32)>,
     /// Every other id: (index, half of the id's hash, so that growing the table and most
     /// failed comparisons never touch the text).
@@ -44,17 +45,12 @@ fn interned<'a>(text: &'a str, ends: &[u32], i: u32) -> &'a str {
     &text[start..ends[i] as usize]
 }
 
-/// The number an id writes in canonical decimal (digits only, no leading zero, below 10^19 so
-/// it fits): such ids and their numbers correspond one to one, so the number can stand for the
-/// text. `None` for any other id.
-fn as_number(id: &str) -> Option<u64> {
-    let digits = id.as_bytes();
-    if digits.is_empty() || digits.len() > 19 || (digits[0] == b'0' && digits.len() > 1) {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &d| {
-        d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0'))
-    })
+/// Appends an id's text; its index.
+fn push(text: &mut String, ends: &mut Vec<u32>, id: &str) -> u32 {
+    let next = ends.len() as u32;
+    text.push_str(id);
+    ends.push(u32::try_from(text.len()).expect("under 4 GiB of ids per platform"));
+    next
 }
 
 fn number_hash(n: u64) -> u64 {
@@ -81,7 +77,7 @@ impl Interner {
     }
 
     fn find(&self, id: &str) -> Option<u32> {
-        if let Some(n) = as_number(id) {
+        if let Some(n) = canonical_number(id) {
             return self
                 .numbers
                 .find(number_hash(n), |&(m, _)| m == n)
@@ -95,28 +91,12 @@ impl Interner {
 
     /// The index of `id`, and whether it was new.
     fn insert(&mut self, id: &str) -> (u32, bool) {
+        if let Some(n) = canonical_number(id) {
+            return self.insert_number(n);
+        }
         let Self {
-            text,
-            ends,
-            numbers,
-            table,
+            text, ends, table, ..
         } = self;
-        let next = ends.len() as u32;
-        fn push(text: &mut String, ends: &mut Vec<u32>, id: &str) {
-            text.push_str(id);
-            ends.push(u32::try_from(text.len()).expect("under 4 GiB of ids per platform"));
-        }
-        if let Some(n) = as_number(id) {
-            let entry = numbers.entry(number_hash(n), |&(m, _)| m == n, |&(m, _)| number_hash(m));
-            return match entry {
-                Entry::Occupied(e) => (e.get().1, false),
-                Entry::Vacant(e) => {
-                    push(text, ends, id);
-                    e.insert((n, next));
-                    (next, true)
-                }
-            };
-        }
         let half = half_hash(id);
         let entry = table.entry(
             table_hash(half),
@@ -126,8 +106,28 @@ impl Interner {
         match entry {
             Entry::Occupied(e) => (e.get().0, false),
             Entry::Vacant(e) => {
-                push(text, ends, id);
+                let next = push(text, ends, id);
                 e.insert((next, half));
+                (next, true)
+            }
+        }
+    }
+
+    /// The index of the id `n` writes in decimal, and whether it was new: a source's numbers
+    /// are interned without text to read (the text is written only for a new id).
+    fn insert_number(&mut self, n: u64) -> (u32, bool) {
+        let Self {
+            text,
+            ends,
+            numbers,
+            ..
+        } = self;
+        let entry = numbers.entry(number_hash(n), |&(m, _)| m == n, |&(m, _)| number_hash(m));
+        match entry {
+            Entry::Occupied(e) => (e.get().1, false),
+            Entry::Vacant(e) => {
+                let next = push(text, ends, itoa::Buffer::new().format(n));
+                e.insert((n, next));
                 (next, true)
             }
         }
@@ -188,6 +188,10 @@ impl FleetIndex {
     /// A bot is online with exactly these channels (its fresh group list).
     pub fn bot_online<S: AsRef<str>>(&mut self, platform: &str, bot: &str, channels: &[S]) {
         self.platform_mut(platform).bot_online(bot, channels)
+    }
+
+    pub fn bot_reported(&mut self, platform: &str, bot: &str, channels: &ChannelIds) {
+        self.platform_mut(platform).bot_reported(bot, channels)
     }
 
     pub fn bot_offline(&mut self, platform: &str, bot: &str) {
@@ -332,7 +336,19 @@ impl PlatformIndex {
 
     /// Interns a new channel (no members, unassigned); `Err` with its index if it was known.
     pub fn try_add_channel(&mut self, id: &str) -> Result<ChanIx, ChanIx> {
-        let (ix, new) = self.channels.insert(id);
+        let interned = self.channels.insert(id);
+        self.channel_interned(interned)
+    }
+
+    /// Interns the channel whose id `n` writes in decimal.
+    fn add_number_channel(&mut self, n: u64) -> ChanIx {
+        let interned = self.channels.insert_number(n);
+        self.channel_interned(interned)
+            .unwrap_or_else(|known| known)
+    }
+
+    /// Makes room for a channel just interned, if new.
+    fn channel_interned(&mut self, (ix, new): (u32, bool)) -> Result<ChanIx, ChanIx> {
         if !new {
             return Err(ix);
         }
@@ -382,12 +398,30 @@ impl PlatformIndex {
         true
     }
 
+    /// The bot is online in exactly these channels.
     pub fn bot_online<S: AsRef<str>>(&mut self, bot: &str, channels: &[S]) {
-        let bot = self.add_bot(bot);
-        let mut fresh: Vec<ChanIx> = channels
+        let fresh = channels
             .iter()
             .map(|c| self.add_channel(c.as_ref()))
             .collect();
+        self.online_in(bot, fresh);
+    }
+
+    /// The same for a source's report, whose numbers are interned by value.
+    pub fn bot_reported(&mut self, bot: &str, channels: &ChannelIds) {
+        let mut fresh = Vec::with_capacity(channels.len());
+        fresh.extend(
+            channels
+                .numbers()
+                .iter()
+                .map(|&n| self.add_number_channel(n)),
+        );
+        fresh.extend(channels.texts().iter().map(|c| self.add_channel(c)));
+        self.online_in(bot, fresh);
+    }
+
+    fn online_in(&mut self, bot: &str, mut fresh: Vec<ChanIx>) {
+        let bot = self.add_bot(bot);
         fresh.sort_unstable();
         fresh.dedup();
         let mut old = self.bot_channels[bot as usize].clone();
@@ -581,13 +615,38 @@ mod tests {
         }
         assert_eq!(interner.find("07"), None);
         assert_eq!(interner.find("8"), None);
-        assert_eq!(
-            as_number("9999999999999999999"),
-            Some(9_999_999_999_999_999_999)
-        );
-        for not_canonical in ["007", "00", "-7", "+7", "7 ", "", "18446744073709551615"] {
-            assert_eq!(as_number(not_canonical), None, "{not_canonical:?}");
+        // A number names the id its decimal text writes, whichever way it came in.
+        assert_eq!(interner.insert_number(7), (0, false));
+        assert_eq!(interner.insert_number(70), (ids.len() as u32, true));
+        assert_eq!(interner.find("70"), Some(ids.len() as u32));
+        assert_eq!(interner.get(ids.len() as u32), "70");
+    }
+
+    #[test]
+    fn a_reported_list_is_the_same_membership_as_its_ids_as_text() {
+        let ids = ["300000001", "abc", "007", "42", "300000001"];
+        let mut by_text = PlatformIndex::new("onebot");
+        by_text.bot_online("1", &ids);
+        let mut reported = PlatformIndex::new("onebot");
+        reported.bot_reported("1", &ids.into_iter().collect());
+        for index in [&by_text, &reported] {
+            let bot = index.find_bot("1").unwrap();
+            let mut channels: Vec<&str> = index
+                .channels_of(bot)
+                .iter()
+                .map(|&c| index.channel_id(c))
+                .collect();
+            channels.sort_unstable();
+            assert_eq!(channels, ["007", "300000001", "42", "abc"]);
+            assert!(index.is_online(bot));
         }
+        // Back with a shorter list: only the difference changes.
+        reported.bot_reported("1", &["42"].into_iter().collect());
+        let bot = reported.find_bot("1").unwrap();
+        assert_eq!(
+            reported.channels_of(bot),
+            [reported.find_channel("42").unwrap()]
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! Layout, following the data flow:
 //!
-//! * [`model`]: identifiers and `platform:id` keys.
+//! * [`model`]: identifiers, `platform:id` keys, and a bot's reported channels (numbers kept
+//!   as numbers).
 //! * [`index`]: the bipartite channel ↔ bot index, updated by fleet events in O(degree).
 //! * [`balance`]: the pure planner. `optimal` (least Σ load², then fewest moves, both exact)
 //!   and `greedy` (the Koishi plugin's algorithm) turn an index and [`balance::Rules`] into a

@@ -222,6 +222,7 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ChannelIds;
 
     fn fleet(yaml: &str) -> Fleet {
         Fleet::parse(Path::new("fleet.yaml"), yaml.as_bytes()).unwrap()
@@ -243,7 +244,7 @@ mod tests {
                 FleetEvent::BotOnline {
                     platform: "discord".into(),
                     bot: "4".into(),
-                    channels: vec![],
+                    channels: ChannelIds::default(),
                     origin: Origin::Connection
                 },
                 FleetEvent::ChannelLeft {
@@ -260,7 +261,7 @@ mod tests {
                 FleetEvent::BotOnline {
                     platform: p(),
                     bot: "3".into(),
-                    channels: vec!["a".into()],
+                    channels: ["a"].into_iter().collect(),
                     origin: Origin::Connection
                 },
             ]
@@ -299,7 +300,9 @@ mod tests {
         let events = Fleet::default().diff(&ok);
         assert!(
             matches!(&events[0], FleetEvent::BotOnline { bot, channels, .. }
-            if bot == "1001" && channels == &["-1001234", "100001", "100002", "abc"])
+            if bot == "1001"
+                && channels.numbers() == [100001, 100002]
+                && channels.texts() == ["-1001234", "abc"])
         );
     }
 }

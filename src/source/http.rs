@@ -173,7 +173,7 @@ impl Reporters {
                 FleetEvent::BotOnline {
                     platform: bot.platform,
                     bot: bot.id,
-                    channels: bot.channels,
+                    channels: bot.channels.into_iter().collect(),
                     origin: Origin::Connection,
                 }
             } else {
@@ -213,7 +213,7 @@ impl Reporters {
                         FleetEvent::BotOnline {
                             platform,
                             bot: id,
-                            channels,
+                            channels: channels.into_iter().collect(),
                             origin: Origin::Connection,
                         }
                     }

@@ -8,6 +8,8 @@ pub mod onebot;
 
 use std::path::{Path, PathBuf};
 
+use crate::model::ChannelIds;
+
 /// `sources:`: where the fleet is learnt from.
 #[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +44,7 @@ pub enum FleetEvent {
     BotOnline {
         platform: String,
         bot: String,
-        channels: Vec<String>,
+        channels: ChannelIds,
         origin: Origin,
     },
     BotOffline {

@@ -21,6 +21,7 @@ use super::protocol;
 use super::settings::Settings;
 use crate::clock::Clock;
 use crate::logs::Limiter;
+use crate::model::ChannelIds;
 use crate::presence::Presence;
 use crate::source::{FleetEvent, Origin};
 
@@ -229,7 +230,7 @@ impl Hub {
                 return vec![FleetEvent::BotOnline {
                     platform: PLATFORM.to_owned(),
                     bot: bot.to_owned(),
-                    channels: fresh.iter().map(i64::to_string).collect(),
+                    channels: ChannelIds::from_numbers(fresh.iter().map(|&g| g as u64).collect()),
                     origin,
                 }];
             }
