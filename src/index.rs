@@ -630,23 +630,24 @@ mod tests {
         let mut reported = PlatformIndex::new("onebot");
         reported.bot_reported("1", &ids.into_iter().collect());
         for index in [&by_text, &reported] {
-            let bot = index.find_bot("1").unwrap();
-            let mut channels: Vec<&str> = index
-                .channels_of(bot)
-                .iter()
-                .map(|&c| index.channel_id(c))
-                .collect();
-            channels.sort_unstable();
-            assert_eq!(channels, ["007", "300000001", "42", "abc"]);
-            assert!(index.is_online(bot));
+            assert_eq!(channel_names(index, "1"), ["007", "300000001", "42", "abc"]);
+            assert!(index.is_online(index.find_bot("1").unwrap()));
         }
         // Back with a shorter list: only the difference changes.
         reported.bot_reported("1", &["42"].into_iter().collect());
-        let bot = reported.find_bot("1").unwrap();
-        assert_eq!(
-            reported.channels_of(bot),
-            [reported.find_channel("42").unwrap()]
-        );
+        assert_eq!(channel_names(&reported, "1"), ["42"]);
+    }
+
+    /// A bot's channels by id, sorted.
+    fn channel_names<'a>(p: &'a PlatformIndex, bot: &str) -> Vec<&'a str> {
+        let bot = p.find_bot(bot).unwrap();
+        let mut names: Vec<&str> = p
+            .channels_of(bot)
+            .iter()
+            .map(|&c| p.channel_id(c))
+            .collect();
+        names.sort_unstable();
+        names
     }
 
     #[test]
@@ -655,14 +656,7 @@ mod tests {
         p.bot_online("1", &["a", "b", "c"]);
         p.take_journal();
         p.bot_online("1", &["b", "c", "d"]);
-        let bot = p.find_bot("1").unwrap();
-        let mut names: Vec<&str> = p
-            .channels_of(bot)
-            .iter()
-            .map(|&c| p.channel_id(c))
-            .collect();
-        names.sort();
-        assert_eq!(names, ["b", "c", "d"]);
+        assert_eq!(channel_names(&p, "1"), ["b", "c", "d"]);
         let a = p.find_channel("a").unwrap();
         assert!(p.members(a).is_empty());
         let journal = p.take_journal();
