@@ -227,6 +227,7 @@ impl Hub {
             let old = std::mem::replace(&mut s.groups, fresh.clone());
             s.reported_online = true;
             if !was_online {
+                // Exact: the protocol keeps only positive group ids.
                 return vec![FleetEvent::BotOnline {
                     platform: PLATFORM.to_owned(),
                     bot: bot.to_owned(),
