@@ -114,7 +114,8 @@ impl Interner {
     }
 
     /// The index of the id `n` writes in decimal, and whether it was new: a source's numbers
-    /// are interned without text to read (the text is written only for a new id).
+    /// are interned without text to read (the text is written only for a new id). `n` is below
+    /// 10^19, as [`ChannelIds`] keeps its numbers, so that text is canonical.
     fn insert_number(&mut self, n: u64) -> (u32, bool) {
         let Self {
             text,

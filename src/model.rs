@@ -42,12 +42,17 @@ pub struct ChannelIds {
 }
 
 impl ChannelIds {
-    /// Channels that are all numbers (OneBot's positive group ids).
-    pub fn from_numbers(numbers: Vec<u64>) -> Self {
-        ChannelIds {
-            numbers,
-            texts: Vec::new(),
-        }
+    /// Channels that are numbers (OneBot's positive group ids). A number of 20 digits has no
+    /// canonical form here ([`canonical_number`] stops at 19), so it goes with the texts.
+    pub fn from_numbers(mut numbers: Vec<u64>) -> Self {
+        const TWENTY_DIGITS: u64 = 10_000_000_000_000_000_000;
+        let texts = numbers
+            .iter()
+            .filter(|&&n| n >= TWENTY_DIGITS)
+            .map(u64::to_string)
+            .collect();
+        numbers.retain(|&n| n < TWENTY_DIGITS);
+        ChannelIds { numbers, texts }
     }
 
     pub fn len(&self) -> usize {
@@ -158,8 +163,10 @@ mod tests {
         expected.sort();
         assert_eq!(back, expected);
         assert_eq!(
-            ChannelIds::from_numbers(vec![7, 8]),
-            ["7", "8"].into_iter().collect::<ChannelIds>()
+            ChannelIds::from_numbers(vec![7, u64::MAX, 8]),
+            ["7", "18446744073709551615", "8"]
+                .into_iter()
+                .collect::<ChannelIds>()
         );
         assert!(ChannelIds::default().is_empty());
     }
