@@ -166,6 +166,27 @@ impl<V> ChannelMap<V> {
         let texts = self.texts.iter().map(|(c, v)| (Cow::Borrowed(&**c), v));
         numbers.chain(texts)
     }
+
+    /// The channels `keep` refuses, as text. A number is written on the stack to be asked
+    /// about, so a mirror of a whole, mostly unchanged assignment allocates only for the few
+    /// channels refused.
+    fn refused(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut text = itoa::Buffer::new();
+        let mut refused = Vec::new();
+        for &n in self.numbers.keys() {
+            let channel = text.format(n);
+            if !keep(channel) {
+                refused.push(channel.to_owned());
+            }
+        }
+        refused.extend(
+            self.texts
+                .keys()
+                .filter(|c| !keep(c))
+                .map(|c| c.to_string()),
+        );
+        refused
+    }
 }
 
 impl State {
@@ -243,11 +264,7 @@ impl View {
         let gone: Vec<String> = {
             let state = self.read();
             state.platforms.get(platform).map_or_else(Vec::new, |p| {
-                p.assignee
-                    .iter()
-                    .filter(|(c, _)| !assignment.contains_key(&**c))
-                    .map(|(c, _)| c.into_owned())
-                    .collect()
+                p.assignee.refused(|c| assignment.contains_key(c))
             })
         };
         // The engine is the only writer: nothing changes between the read and the write.
