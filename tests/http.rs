@@ -171,3 +171,72 @@ fn slow_request_headers_are_cut_off() {
     assert_eq!(support::get(&format!("{url}/healthz"), None).0, 200);
     drop(service);
 }
+
+/// Decisions on one keep-alive connection: a body that arrives in pieces, then a chunked one,
+/// are decided whole; an answer carries its own headers, none of the request's.
+#[test]
+fn bodies_in_pieces_are_decided_whole() {
+    let dir = TempDir::new("http-pieces");
+    let (service, url) = service(&dir);
+    let addr = url.trim_start_matches("http://").to_owned();
+    let body = r#"{"platform":"onebot","self_id":1,"group_id":2,"user_id":3,"text":"t","time":1,"lane":"chat"}"#;
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "POST /v1/ingress HTTP/1.1\r\nHost: x\r\nX-Request-Only: 1\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (first, rest) = body.split_at(30);
+    let (second, third) = rest.split_at(30);
+    for piece in [&head, first, second, third] {
+        stream.write_all(piece.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (answer_head, answer) = read_answer(&mut stream);
+    assert!(answer_head.starts_with("HTTP/1.1 200"), "{answer_head}");
+    assert!(answer.contains(r#""handle":"#), "{answer}");
+    assert!(
+        !answer_head.to_ascii_lowercase().contains("x-request-only"),
+        "{answer_head}"
+    );
+    let (first, second) = body.split_at(40);
+    write!(
+        stream,
+        "POST /v1/ingress HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{first}\r\n",
+        first.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    write!(stream, "{:x}\r\n{second}\r\n0\r\n\r\n", second.len()).unwrap();
+    let (answer_head, answer) = read_answer(&mut stream);
+    assert!(answer_head.starts_with("HTTP/1.1 200"), "{answer_head}");
+    assert!(answer.contains(r#""handle":"#), "{answer}");
+    drop(service);
+}
+
+/// One answer's head and body (by its Content-Length) from a keep-alive connection.
+fn read_answer(stream: &mut TcpStream) -> (String, String) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .expect("a Content-Length");
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).unwrap();
+    (head, String::from_utf8(body).unwrap())
+}
