@@ -820,7 +820,7 @@ async fn prometheus_metrics(State(api): State<Shared>) -> Response {
 async fn healthz(State(api): State<Shared>) -> Json<Value> {
     let redis = match &api.redis {
         None => "disabled",
-        Some(r) => match r.conn().await {
+        Some(r) => match r.conn_now() {
             Some(mut conn) => match redis::cmd("PING").query_async::<String>(&mut conn).await {
                 Ok(_) => "connected",
                 Err(_) => "unavailable",

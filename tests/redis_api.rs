@@ -235,6 +235,37 @@ fn a_redis_restart_gets_the_full_state_republished() {
     service.stop().unwrap();
 }
 
+/// A claim made while the service is still making its first connection to Redis waits for
+/// it: decided from a file, which the other instances and Pallas-Bot peers claiming in Redis
+/// never see, the message would be answered twice. Redis is held in `CLIENT PAUSE` (shorter
+/// than the 1 s connect timeout) and the service uses database 1, so the connection's `SELECT`
+/// keeps it half made meanwhile.
+#[test]
+fn claims_in_the_first_moments_wait_for_the_first_connection() {
+    let redis = RedisServer::start();
+    let dir = TempDir::new("ingress-first-connection");
+    dir.write("fleet.yaml", FLEET);
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!("redis: {{url: \"{}/1\"}}\n", redis.url())),
+    );
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "600", "ALL"]), "OK");
+    let service = InProcess::start(&path);
+    let (status, claim) = ingress(
+        &service.api,
+        None,
+        message(2001, Some(777001), 42, "first", "chat"),
+    );
+    assert_eq!(status, 200, "{claim}");
+    assert_eq!(
+        claim["reason"], "unassigned channel: won the claim (redis claim)",
+        "{claim}"
+    );
+    let key = redis.cli(&["-n", "1", "KEYS", "pallas:msg_claim:*:777001:*"]);
+    assert_eq!(redis.cli(&["-n", "1", "GET", &key]), "2001");
+    service.stop().unwrap();
+}
+
 fn ingress(api: &str, token: Option<&str>, body: Value) -> (u16, Value) {
     post(&format!("{api}/v1/ingress"), token, &body)
 }

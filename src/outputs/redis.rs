@@ -2,14 +2,15 @@
 //!
 //! Redis is optional and may be down: the handle connects in the background and keeps
 //! retrying, and the connection manager reconnects after an outage, so callers simply get no
-//! connection (or an error) while Redis is away and fall back or retry; nothing waits for it.
+//! connection (or an error) while Redis is away and fall back or retry. Only the first
+//! attempt is waited for (at most [`CONNECT_TIMEOUT`]): a claim made in the service's first
+//! moments would otherwise be decided from a file that the other instances and Pallas-Bot
+//! peers, all claiming in Redis, never see, and two bots would answer the same message.
 //! Timeouts follow Pallas-Bot's client (1 s to connect, 2 s per command).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::RwLock;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -49,12 +50,25 @@ pub fn redis_url<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SecretUrl, D:
 #[derive(Clone)]
 pub struct Redis {
     client: redis::Client,
-    conn: Arc<RwLock<Option<ConnectionManager>>>,
+    link: tokio::sync::watch::Receiver<Link>,
     /// Bumped at the first connection and whenever Redis answers again after a failed check:
     /// whoever keeps state in Redis (heartbeats, the presence registry, the publication)
     /// writes it again at once, since a restarted Redis may have come back empty.
     reachable: tokio::sync::watch::Receiver<u64>,
 }
+
+/// The connection, or why there is none.
+enum Link {
+    /// The first attempt to connect is under way.
+    FirstAttempt,
+    /// Attempts failed so far; more are made in the background.
+    Unreached,
+    /// Connected once; the manager reconnects by itself after an outage.
+    Connected(ConnectionManager),
+}
+
+/// How long one attempt to connect may take (Pallas-Bot's client: 1 s).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Attempts to reach Redis at start-up: frequent, because they are cheap (a refused
 /// connection fails at once) and everything waits for the first one.
@@ -69,34 +83,36 @@ impl Redis {
     pub fn connect(url: &str, shutdown: CancellationToken) -> redis::RedisResult<Redis> {
         let client = redis::Client::open(url)?;
         let (reachable_tx, reachable) = tokio::sync::watch::channel(0);
+        let (link_tx, link) = tokio::sync::watch::channel(Link::FirstAttempt);
         let redis = Redis {
             client,
-            conn: Arc::default(),
+            link,
             reachable,
         };
-        let background = redis.clone();
+        let client = redis.client.clone();
         tokio::spawn(async move {
             let mut backoff = Backoff::new(FIRST_CONNECT_RETRY, MAX_CONNECT_RETRY, Jitter::None);
             let mut reported = false;
             loop {
                 let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(1)))
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(Duration::from_secs(2)))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(2));
                 let attempt = tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    attempt = ConnectionManager::new_with_config(background.client.clone(), config) => attempt,
+                    attempt = ConnectionManager::new_with_config(client.clone(), config) => attempt,
                 };
                 match attempt {
                     Ok(conn) => {
                         info!("redis: connected");
-                        *background.conn.write().await = Some(conn.clone());
+                        link_tx.send_replace(Link::Connected(conn.clone()));
                         reachable_tx.send_modify(|n| *n += 1);
                         watch(conn, reachable_tx, shutdown).await;
                         return;
                     }
                     Err(e) => {
+                        link_tx.send_replace(Link::Unreached);
                         if !reported {
                             warn!("redis: cannot connect ({e}); retrying in the background");
                             reported = true;
@@ -112,9 +128,28 @@ impl Redis {
         Ok(redis)
     }
 
-    /// A connection, if Redis has been reached (it may still fail while Redis is down).
+    /// A connection, if Redis has been reached (it may still fail while Redis is down). While
+    /// the first attempt to connect is under way, waits for its end, at most
+    /// [`CONNECT_TIMEOUT`]; after it, never waits.
     pub async fn conn(&self) -> Option<ConnectionManager> {
-        self.conn.read().await.clone()
+        if matches!(*self.link.borrow(), Link::FirstAttempt) {
+            let mut link = self.link.clone();
+            // A closed channel (the background task ended at shutdown) ends the wait as well.
+            let _ = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                link.wait_for(|link| !matches!(link, Link::FirstAttempt)),
+            )
+            .await;
+        }
+        self.conn_now()
+    }
+
+    /// A connection, if Redis has been reached; never waits (health checks).
+    pub fn conn_now(&self) -> Option<ConnectionManager> {
+        match &*self.link.borrow() {
+            Link::Connected(conn) => Some(conn.clone()),
+            Link::FirstAttempt | Link::Unreached => None,
+        }
     }
 
     /// Changes when Redis becomes reachable: at the first connection and after every outage.
