@@ -13,6 +13,8 @@
 //! member), so moving a channel costs O(its degree) and finding a channel for an arc is O(1);
 //! the number of channels never enters a graph search, only the number of bot pairs.
 
+use super::pages;
+
 pub(crate) const NIL: u32 = u32::MAX;
 /// The node holding channels that are not placed yet.
 pub(crate) const SOURCE: u32 = 0;
@@ -42,7 +44,7 @@ const DENSE_LIMIT: usize = 3000;
 const KIND_SHIFT: u32 = 30;
 const NODE_MASK: u32 = (1 << KIND_SHIFT) - 1;
 
-/// In [`Exchange::e_back`], marks the first entry of a list; the bits below are its slot × 3 +
+/// In [`Entry::back`], marks the first entry of a list; the bits below are its slot × 3 +
 /// kind. Entries and lists are numbered below it (asserted where they are made).
 const HEAD: u32 = 1 << 31;
 
@@ -79,15 +81,7 @@ pub(crate) struct Exchange {
     at: Vec<u32>,
     home: Vec<u32>,
     first: Vec<u32>,
-    // per entry
-    e_chan: Vec<u32>,
-    e_node: Vec<u32>,
-    e_sib: Vec<u32>,
-    e_next: Vec<u32>,
-    /// What comes before a linked entry in its list: the previous entry, or, for the list's
-    /// first, [`HEAD`] with its slot and kind ([`Exchange::link_slot`]); `NIL` for an entry in
-    /// no list. Unlinking needs the one or the other, never both, so one array holds either.
-    e_back: Vec<u32>,
+    entries: Vec<Entry>,
     free: Vec<u32>,
     placed_channels: usize,
     // channels that may sit away from their home, since the last `take_displaced`
@@ -95,11 +89,31 @@ pub(crate) struct Exchange {
     displaced_mark: Vec<bool>,
 }
 
+/// One member node of one channel. Moving a channel reads and writes every field of each of
+/// its entries, and walking an arc list reads an entry's channel and its neighbours' links:
+/// side by side, an entry's fields come in one cache line (two for some entries), where an
+/// array per field took five. And the
+/// entries of a large graph are one allocation, large enough that the allocator maps it
+/// fresh from the kernel, on huge pages ([`pages`]).
+#[derive(Clone, Copy, zerocopy::FromZeros)]
+struct Entry {
+    channel: u32,
+    node: u32,
+    /// The channel's next entry.
+    sib: u32,
+    /// The next entry in its arc list.
+    next: u32,
+    /// What comes before a linked entry in its list: the previous entry, or, for the list's
+    /// first, [`HEAD`] with its slot and kind ([`Exchange::link_slot`]); `NIL` for an entry in
+    /// no list. Unlinking needs the one or the other, never both, so one field holds either.
+    back: u32,
+}
+
 impl Exchange {
     /// An empty graph with `width` nodes (the source and the bots) and `channels` channel slots.
     pub(crate) fn new(width: usize, channels: usize, entries: usize) -> Self {
         let slots = if width <= DENSE_LIMIT {
-            Slots::Dense(vec![0; width * width])
+            Slots::Dense(pages::zeroed(width * width))
         } else {
             Slots::Sorted(vec![0; width])
         };
@@ -111,14 +125,10 @@ impl Exchange {
             nbrs: vec![Vec::new(); width],
             rnbrs: None,
             load: vec![0; width],
-            at: vec![NIL; channels],
-            home: vec![NIL; channels],
-            first: vec![NIL; channels],
-            e_chan: Vec::with_capacity(entries),
-            e_node: Vec::with_capacity(entries),
-            e_sib: Vec::with_capacity(entries),
-            e_next: Vec::with_capacity(entries),
-            e_back: Vec::with_capacity(entries),
+            at: pages::filled(channels, NIL),
+            home: pages::filled(channels, NIL),
+            first: pages::filled(channels, NIL),
+            entries: Vec::with_capacity(entries),
             free: Vec::new(),
             placed_channels: 0,
             displaced: Vec::new(),
@@ -133,14 +143,51 @@ impl Exchange {
     /// channel order missed the cache at almost every arc.
     ///
     /// Two passes. The first, in channel order, scatters each entry's channel and node (its
-    /// arc kind tagged on) to its node's row: every scattered array is one write stream per
-    /// node, and two arrays' streams still fit the cache where five did not. The second, row
-    /// by row, writes everything else in sequence: untags the node, chains a channel's
-    /// entries (they sit side by side) and links the arcs.
+    /// arc kind tagged on) to its node's row: one write stream per node. The second, row by
+    /// row, writes everything else in sequence: untags the node, chains a channel's entries
+    /// (they sit side by side) and links the arcs.
     pub(crate) fn with_channels(width: usize, members: &Lists, home: &[u32], at: &[u32]) -> Self {
-        assert!(width <= NODE_MASK as usize, "too many nodes to tag");
+        Self::fill(Self::new(width, at.len(), 0), members, home, at)
+    }
+
+    /// [`Exchange::with_channels`] in this graph's memory, which is of no more use: its
+    /// arrays are emptied and filled again. A full plan with a previous assignment builds the
+    /// graph twice; fresh arrays the second time would be tens of thousands of pages more,
+    /// each a fault into the kernel, where these pages are already the process's.
+    pub(crate) fn rebuilt(mut self, members: &Lists, home: &[u32], at: &[u32]) -> Self {
+        if let Slots::Dense(slots) = &mut self.slots {
+            // Only the pairs in use are set: clearing them costs the pairs, not width².
+            for (a, nbrs) in self.nbrs.iter().enumerate() {
+                for n in nbrs {
+                    slots[a * self.width + n.node as usize] = 0;
+                }
+            }
+        }
+        if let Slots::Sorted(sorted) = &mut self.slots {
+            sorted.fill(0);
+        }
+        self.heads.clear();
+        self.kinds.clear();
+        self.nbrs.iter_mut().for_each(Vec::clear);
+        self.rnbrs = None;
+        self.load.fill(0);
         let channels = at.len();
-        let mut ex = Self::new(width, channels, 0);
+        for per_channel in [&mut self.at, &mut self.home, &mut self.first] {
+            per_channel.clear();
+            per_channel.resize(channels, NIL);
+        }
+        self.free.clear();
+        self.placed_channels = 0;
+        self.displaced.clear();
+        self.displaced_mark.clear();
+        self.displaced_mark.resize(channels, false);
+        Self::fill(self, members, home, at)
+    }
+
+    /// Fills an empty graph: the body of [`Exchange::with_channels`].
+    fn fill(mut ex: Self, members: &Lists, home: &[u32], at: &[u32]) -> Self {
+        let (width, channels) = (ex.width, at.len());
+        assert!(width <= NODE_MASK as usize, "too many nodes to tag");
         // Where each node's row of entries starts.
         let mut next = vec![0u32; width + 1];
         for c in (0..channels).filter(|&c| at[c] != NIL) {
@@ -150,15 +197,11 @@ impl Exchange {
             next[v] += next[v - 1];
         }
         let rows = next.clone();
-        // Every field of every entry is written below (`e_next` only for linked entries, the
-        // only ones that read it), so zeroed memory will do: it costs no pass of its own.
+        // Every field of every entry is written below (`next` only for linked entries, the
+        // only ones that read it), so zeroed memory will do: fresh, it costs no pass of its own.
         let entries = next[width] as usize;
         assert!(entries < HEAD as usize, "too many membership entries");
-        ex.e_chan = vec![0; entries];
-        ex.e_node = vec![0; entries];
-        ex.e_sib = vec![0; entries];
-        ex.e_next = vec![0; entries];
-        ex.e_back = vec![0; entries];
+        pages::zeroed_in(&mut ex.entries, entries);
         for c in (0..channels).filter(|&c| at[c] != NIL) {
             let (a, h) = (at[c], home[c]);
             ex.at[c] = a;
@@ -171,8 +214,8 @@ impl Exchange {
             ex.first[c] = base;
             for (j, &m) in list.iter().enumerate() {
                 let e = base as usize + j;
-                ex.e_chan[e] = c as u32;
-                ex.e_node[e] = m | (ex.kind_of(c as u32, a, m) as u32) << KIND_SHIFT;
+                ex.entries[e].channel = c as u32;
+                ex.entries[e].node = m | (ex.kind_of(c as u32, a, m) as u32) << KIND_SHIFT;
             }
             if a != h {
                 ex.displace(c as u32);
@@ -182,10 +225,10 @@ impl Exchange {
         let mut row_slot = vec![NIL; width];
         let mut seen = Vec::new();
         // Lists in `seen` (marked in `row_slot`) the distinct neighbours of node `a` among its
-        // row's tagged nodes.
-        fn mark_neighbours(tagged: &[u32], a: u32, row_slot: &mut [u32], seen: &mut Vec<u32>) {
-            for &t in tagged {
-                let m = t & NODE_MASK;
+        // row's entries (their nodes tagged).
+        fn mark_neighbours(row: &[Entry], a: u32, row_slot: &mut [u32], seen: &mut Vec<u32>) {
+            for entry in row {
+                let m = entry.node & NODE_MASK;
                 if m != a && row_slot[m as usize] == NIL {
                     row_slot[m as usize] = 0;
                     seen.push(m);
@@ -198,8 +241,8 @@ impl Exchange {
             // them again and again, and leave the peak at twice their size.
             let mut pairs = 0;
             for a in 0..width {
-                let tagged = &ex.e_node[rows[a] as usize..rows[a + 1] as usize];
-                mark_neighbours(tagged, a as u32, &mut row_slot, &mut seen);
+                let row = &ex.entries[rows[a] as usize..rows[a + 1] as usize];
+                mark_neighbours(row, a as u32, &mut row_slot, &mut seen);
                 pairs += seen.len();
                 for m in seen.drain(..) {
                     row_slot[m as usize] = NIL;
@@ -212,8 +255,8 @@ impl Exchange {
             let (row_start, row_end) = (rows[a], rows[a + 1]);
             if sorted {
                 // The row's pairs in node order, so its neighbours come out sorted.
-                let tagged = &ex.e_node[row_start as usize..row_end as usize];
-                mark_neighbours(tagged, a as u32, &mut row_slot, &mut seen);
+                let row = &ex.entries[row_start as usize..row_end as usize];
+                mark_neighbours(row, a as u32, &mut row_slot, &mut seen);
                 seen.sort_unstable();
                 for &m in &seen {
                     row_slot[m as usize] = ex.new_slot(a as u32, m);
@@ -224,16 +267,17 @@ impl Exchange {
             }
             for e in row_start..row_end {
                 let i = e as usize;
-                let tagged = ex.e_node[i];
+                let tagged = ex.entries[i].node;
                 let m = tagged & NODE_MASK;
-                ex.e_node[i] = m;
-                ex.e_sib[i] = if e + 1 < row_end && ex.e_chan[i + 1] == ex.e_chan[i] {
-                    e + 1
-                } else {
-                    NIL
-                };
+                ex.entries[i].node = m;
+                ex.entries[i].sib =
+                    if e + 1 < row_end && ex.entries[i + 1].channel == ex.entries[i].channel {
+                        e + 1
+                    } else {
+                        NIL
+                    };
                 if m == a as u32 {
-                    ex.e_back[i] = NIL;
+                    ex.entries[i].back = NIL;
                     continue;
                 }
                 let mut s = row_slot[m as usize];
@@ -281,7 +325,7 @@ impl Exchange {
 
     /// Membership entries, in use or free.
     pub(crate) fn entries(&self) -> usize {
-        self.e_chan.len()
+        self.entries.len()
     }
 
     /// Channels in the graph, placed or waiting on the source.
@@ -359,7 +403,7 @@ impl Exchange {
     /// A channel that may move along the arcs of a pair's slot with the given cost kind.
     pub(crate) fn channel_in(&self, slot: u32, kind: Kind) -> Option<u32> {
         let e = self.heads[slot as usize][kind as usize];
-        (e != NIL).then(|| self.e_chan[e as usize])
+        (e != NIL).then(|| self.entries[e as usize].channel)
     }
 
     /// The cheapest kind of arc a pair's slot has, if any.
@@ -385,7 +429,7 @@ impl Exchange {
         self.heads[slot as usize]
             .iter()
             .find(|&&e| e != NIL)
-            .map(|&e| self.e_chan[e as usize])
+            .map(|&e| self.entries[e as usize].channel)
     }
 
     /// Any channel on `a` that may move to `x`, preferring the cheapest kind.
@@ -403,7 +447,7 @@ impl Exchange {
         self.placed_channels += 1;
         for &m in members.iter().rev() {
             let e = self.new_entry(channel, m);
-            self.e_sib[e as usize] = self.first[c];
+            self.entries[e as usize].sib = self.first[c];
             self.first[c] = e;
             if m != at {
                 self.link(e, at, m, self.kind_of(channel, at, m));
@@ -421,7 +465,7 @@ impl Exchange {
         let c = channel as usize;
         let mut e = self.first[c];
         while e != NIL {
-            let next = self.e_sib[e as usize];
+            let next = self.entries[e as usize].sib;
             self.unlink(e);
             self.free.push(e);
             e = next;
@@ -444,11 +488,11 @@ impl Exchange {
         let mut e = self.first[c];
         while e != NIL {
             self.unlink(e);
-            let m = self.e_node[e as usize];
+            let m = self.entries[e as usize].node;
             if m != to {
                 self.link(e, to, m, self.kind_of(channel, to, m));
             }
-            e = self.e_sib[e as usize];
+            e = self.entries[e as usize].sib;
         }
         self.displace(channel);
     }
@@ -466,12 +510,12 @@ impl Exchange {
         let at = self.at[c];
         let mut e = self.first[c];
         while e != NIL {
-            let m = self.e_node[e as usize];
+            let m = self.entries[e as usize].node;
             if m != at {
                 self.unlink(e);
                 self.link(e, at, m, self.kind_of(channel, at, m));
             }
-            e = self.e_sib[e as usize];
+            e = self.entries[e as usize].sib;
         }
     }
 
@@ -479,7 +523,7 @@ impl Exchange {
     pub(crate) fn add_member(&mut self, channel: u32, node: u32) {
         let c = channel as usize;
         let e = self.new_entry(channel, node);
-        self.e_sib[e as usize] = self.first[c];
+        self.entries[e as usize].sib = self.first[c];
         self.first[c] = e;
         let at = self.at[c];
         self.link(e, at, node, self.kind_of(channel, at, node));
@@ -492,13 +536,13 @@ impl Exchange {
         let mut prev = NIL;
         let mut e = self.first[c];
         while e != NIL {
-            let next = self.e_sib[e as usize];
-            if self.e_node[e as usize] == node {
+            let next = self.entries[e as usize].sib;
+            if self.entries[e as usize].node == node {
                 self.unlink(e);
                 if prev == NIL {
                     self.first[c] = next;
                 } else {
-                    self.e_sib[prev as usize] = next;
+                    self.entries[prev as usize].sib = next;
                 }
                 self.free.push(e);
                 return;
@@ -529,21 +573,12 @@ impl Exchange {
 
     fn new_entry(&mut self, channel: u32, node: u32) -> u32 {
         if let Some(e) = self.free.pop() {
-            let i = e as usize;
-            self.e_chan[i] = channel;
-            self.e_node[i] = node;
-            self.e_sib[i] = NIL;
-            self.e_next[i] = NIL;
-            self.e_back[i] = NIL;
+            self.entries[e as usize] = Entry::unlinked(channel, node);
             return e;
         }
-        let e = self.e_chan.len() as u32;
+        let e = self.entries.len() as u32;
         assert!(e < HEAD, "too many membership entries");
-        self.e_chan.push(channel);
-        self.e_node.push(node);
-        self.e_sib.push(NIL);
-        self.e_next.push(NIL);
-        self.e_back.push(NIL);
+        self.entries.push(Entry::unlinked(channel, node));
         e
     }
 
@@ -611,20 +646,20 @@ impl Exchange {
         *head = e;
         self.kinds[s as usize] |= 1 << kind as u8;
         let i = e as usize;
-        self.e_next[i] = old;
-        self.e_back[i] = HEAD | (s * 3 + kind as u32);
+        self.entries[i].next = old;
+        self.entries[i].back = HEAD | (s * 3 + kind as u32);
         if old != NIL {
-            self.e_back[old as usize] = e;
+            self.entries[old as usize].back = e;
         }
     }
 
     fn unlink(&mut self, e: u32) {
         let i = e as usize;
-        let back = self.e_back[i];
+        let back = self.entries[i].back;
         if back == NIL {
             return;
         }
-        let next = self.e_next[i];
+        let next = self.entries[i].next;
         if back & HEAD != 0 {
             let list = back & !HEAD;
             let (s, kind) = ((list / 3) as usize, (list % 3) as usize);
@@ -633,13 +668,26 @@ impl Exchange {
                 self.kinds[s] &= !(1 << kind);
             }
         } else {
-            self.e_next[back as usize] = next;
+            self.entries[back as usize].next = next;
         }
         // The next entry takes this one's place: after its previous entry, or first.
         if next != NIL {
-            self.e_back[next as usize] = back;
+            self.entries[next as usize].back = back;
         }
-        self.e_back[i] = NIL;
+        self.entries[i].back = NIL;
+    }
+}
+
+impl Entry {
+    /// A new entry, in no list and no channel's chain yet.
+    fn unlinked(channel: u32, node: u32) -> Self {
+        Entry {
+            channel,
+            node,
+            sib: NIL,
+            next: NIL,
+            back: NIL,
+        }
     }
 }
 
@@ -692,8 +740,8 @@ impl Iterator for Members<'_> {
             return None;
         }
         let e = self.entry as usize;
-        self.entry = self.ex.e_sib[e];
-        Some(self.ex.e_node[e])
+        self.entry = self.ex.entries[e].sib;
+        Some(self.ex.entries[e].node)
     }
 }
 
@@ -747,7 +795,7 @@ mod tests {
     }
 
     #[test]
-    fn a_graph_built_at_once_equals_one_built_channel_by_channel() {
+    fn a_graph_built_at_once_fresh_or_in_a_used_ones_memory_equals_one_built_channel_by_channel() {
         // channel: (members, home, at); NIL at: not in the graph
         let channels: [(&[u32], u32, u32); 6] = [
             (&[1, 2, 3], 1, 1),
@@ -763,14 +811,37 @@ mod tests {
         }
         let home: Vec<u32> = channels.iter().map(|c| c.1).collect();
         let at: Vec<u32> = channels.iter().map(|c| c.2).collect();
-        for width in [4, DENSE_LIMIT + 1] {
+        // A graph used in every way before it is rebuilt: other places and homes, moves,
+        // a channel removed (its entries free), a member added, reverse pairs made.
+        let used = |width| {
+            let first: Vec<u32> = (0..channels.len()).map(|c| lists.of(c)[0]).collect();
+            let mut ex = Exchange::with_channels(width, &lists, &vec![NIL; channels.len()], &first);
+            ex.reverse_pairs();
+            ex.move_to(0, 3);
+            ex.remove(2);
+            ex.add_member(1, 1);
+            ex
+        };
+        for (width, memory) in [4, DENSE_LIMIT + 1]
+            .into_iter()
+            .flat_map(|width| [(width, "fresh"), (width, "rebuilt")])
+        {
             let mut one_by_one = Exchange::new(width, channels.len(), 0);
             for (c, (members, h, a)) in channels.into_iter().enumerate() {
                 if a != NIL {
                     one_by_one.insert(c as u32, members, h, a);
                 }
             }
-            let mut at_once = Exchange::with_channels(width, &lists, &home, &at);
+            let mut at_once = match memory {
+                "fresh" => Exchange::with_channels(width, &lists, &home, &at),
+                _ => used(width).rebuilt(&lists, &home, &at),
+            };
+            assert_eq!(
+                at_once.entries(),
+                10,
+                "{memory}: the entries of placed channels"
+            );
+            assert_eq!(at_once.channels_in_graph(), 5);
             for a in 0..4 {
                 assert_eq!(arcs(&at_once, a), arcs(&one_by_one, a), "node {a}");
                 assert_eq!(at_once.load(a), one_by_one.load(a));
@@ -787,7 +858,7 @@ mod tests {
             }
             let mut displaced = at_once.take_displaced();
             displaced.sort();
-            assert_eq!(displaced, [1, 3, 5]);
+            assert_eq!(displaced, [1, 3, 5], "{memory}");
             // The lists stay consistent: moves re-file arcs the same way in both.
             for ex in [&mut at_once, &mut one_by_one] {
                 ex.move_to(1, 3);
@@ -838,7 +909,7 @@ mod tests {
         ex.insert(0, &[1, 2], NIL, 1);
         ex.remove(0);
         ex.insert(1, &[2, 3], NIL, 3);
-        assert_eq!(ex.e_chan.len(), 2);
+        assert_eq!(ex.entries.len(), 2);
         assert_eq!(ex.members(1).collect::<Vec<_>>(), [2, 3]);
         assert_eq!(ex.any_channel_on_arc(3, 2), Some(1));
     }

@@ -31,6 +31,7 @@
 mod exchange;
 mod flow;
 mod levels;
+mod pages;
 
 use exchange::{Exchange, Lists, NIL, SOURCE};
 use flow::{Cost, Flow};
@@ -138,8 +139,7 @@ impl State {
                 for &c in &back {
                     at[c as usize] = ex.home(c);
                 }
-                drop(ex);
-                ex = Exchange::with_channels(width, &valid_lists, &home, &at);
+                ex = ex.rebuilt(&valid_lists, &home, &at);
             } else {
                 for &c in &back {
                     ex.move_to(c, ex.home(c));
@@ -151,8 +151,7 @@ impl State {
             // Every channel's place becomes its home: with many away from home, building the
             // graph that way costs less than re-filing their arcs one by one.
             let at = ex.places().to_vec();
-            drop(ex);
-            ex = Exchange::with_channels(width, &valid_lists, &at, &at);
+            ex = ex.rebuilt(&valid_lists, &at, &at);
         }
         let mut state = State { ex, flow };
         if keep {

@@ -1,0 +1,95 @@
+//! Large arrays on transparent huge pages.
+//!
+//! The exchange graph's arrays are tens of megabytes on a million-channel fleet, and a plan
+//! reads and writes them all over: building the graph scatters each channel's entries to its
+//! bot's row, and the arc lists link entries across rows. On 4 KiB pages nearly every such
+//! access misses the TLB, and each page costs a fault into the kernel when first touched
+//! (about ten thousand a plan on the 1M fleets); on 2 MiB pages the graph needs a few dozen
+//! TLB entries and a 512th of the faults.
+//!
+//! The kernel is only advised (`madvise(MADV_HUGEPAGE)`, which the setting most distributions
+//! ship with, `transparent_hugepage=madvise`, waits for). It takes the advice for memory not
+//! touched yet, such as a block glibc maps afresh for a large allocation (past 32 MB always);
+//! pages already in use stay as they are. Where it declines (huge pages `never`, no contiguous
+//! memory free) the arrays are ordinary ones and work the same.
+//!
+//! The advice is the crate's one `unsafe` block: rustix marks `madvise` unsafe for the advice
+//! that discards memory (`MADV_DONTNEED` and the like), which this never gives.
+
+use zerocopy::FromZeros;
+
+/// A huge page of x86-64 and of aarch64 with 4 KiB base pages. Elsewhere the advice covers
+/// fewer or more huge pages than it could, which changes nothing else.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// `len` zeroed values, allocated as zeroed memory (`calloc`): a block fresh from the kernel
+/// is zeroed already, so none of its pages is touched before the advice is given.
+pub(super) fn zeroed<T: FromZeros>(len: usize) -> Vec<T> {
+    let mut v = T::new_vec_zeroed(len).expect("memory for the planner's graph");
+    advise(&mut v);
+    v
+}
+
+/// `len` copies of `value`, written after the advice.
+pub(super) fn filled<T: Clone>(len: usize, value: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(len);
+    advise(&mut v);
+    v.resize(len, value);
+    v
+}
+
+/// `v` as `len` zeroed values: in its own memory when that is large enough (its pages are
+/// already the process's), else in fresh memory as [`zeroed`].
+pub(super) fn zeroed_in<T: FromZeros>(v: &mut Vec<T>, len: usize) {
+    if v.capacity() >= len {
+        v.clear();
+        v.resize_with(len, T::new_zeroed);
+    } else {
+        *v = zeroed(len);
+    }
+}
+
+/// Advises huge pages for the whole huge pages inside `v`'s allocation.
+fn advise<T>(v: &mut Vec<T>) {
+    let start = v.as_mut_ptr() as usize;
+    let end = start + v.capacity() * size_of::<T>();
+    let (first, last) = (
+        start.next_multiple_of(HUGE_PAGE),
+        end / HUGE_PAGE * HUGE_PAGE,
+    );
+    if first < last {
+        // SAFETY: `MADV_HUGEPAGE` is advice on how memory is backed: it never changes what
+        // the memory holds, and the range lies within `v`'s own allocation. It only fails
+        // where huge pages are not built into the kernel, and then nothing changes.
+        let _ = unsafe {
+            rustix::mm::madvise(
+                first as *mut std::ffi::c_void,
+                last - first,
+                rustix::mm::Advice::LinuxHugepage,
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrays_hold_what_was_asked_whether_or_not_the_kernel_takes_the_advice() {
+        // Large enough for whole huge pages, and a small one the advice skips.
+        for len in [3 * HUGE_PAGE, 5] {
+            assert!(zeroed::<u32>(len).iter().all(|&x| x == 0));
+            let filled = filled(len, u32::MAX);
+            assert_eq!(filled.len(), len);
+            assert!(filled.iter().all(|&x| x == u32::MAX));
+            let mut reused = filled;
+            zeroed_in(&mut reused, len / 2);
+            assert_eq!(reused.len(), len / 2);
+            assert!(reused.iter().all(|&x| x == 0));
+            zeroed_in(&mut reused, len + 1);
+            assert_eq!(reused.len(), len + 1);
+            assert!(reused.iter().all(|&x| x == 0));
+        }
+    }
+}
