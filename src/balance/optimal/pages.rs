@@ -50,6 +50,7 @@ pub(super) fn zeroed_in<T: FromZeros>(v: &mut Vec<T>, len: usize) {
 }
 
 /// Advises huge pages for the whole huge pages inside `v`'s allocation.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn advise<T>(v: &mut Vec<T>) {
     let start = v.as_mut_ptr() as usize;
     let end = start + v.capacity() * size_of::<T>();
@@ -59,8 +60,8 @@ fn advise<T>(v: &mut Vec<T>) {
     );
     if first < last {
         // SAFETY: `MADV_HUGEPAGE` is advice on how memory is backed: it never changes what
-        // the memory holds, and the range lies within `v`'s own allocation. It only fails
-        // where huge pages are not built into the kernel, and then nothing changes.
+        // the memory holds, and the range lies within `v`'s own allocation. Where it fails (a
+        // kernel built without huge pages), nothing has changed.
         let _ = unsafe {
             rustix::mm::madvise(
                 first as *mut std::ffi::c_void,
@@ -70,6 +71,10 @@ fn advise<T>(v: &mut Vec<T>) {
         };
     }
 }
+
+/// Other systems have no such advice to give (Linux's `MADV_HUGEPAGE`).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn advise<T>(_: &mut Vec<T>) {}
 
 #[cfg(test)]
 mod tests {
