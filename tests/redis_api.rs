@@ -196,6 +196,50 @@ fn publication_is_versioned_and_followers_resync_after_gaps() {
     service.stop().unwrap();
 }
 
+/// One plan over two platforms: the rows the writer commits, the view the API answers from
+/// and the Redis publication are each taken their own way from the plan, and agree on every
+/// channel of both.
+#[test]
+fn a_plan_over_two_platforms_is_committed_viewed_and_published_alike() {
+    let redis = RedisServer::start();
+    let dir = TempDir::new("two-platforms");
+    dir.write(
+        "fleet.yaml",
+        &format!(
+            "{FLEET}  - id: d1
+    platform: discord
+    channels: [g1, g2, g3, g4]
+  - id: d2
+    platform: discord
+    channels: [g3, g4, g5]
+"
+        ),
+    );
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!(
+            "enabledPlatforms: []\nredis: {{url: \"{}\", prefix: two}}\n",
+            redis.url()
+        )),
+    );
+    let service = InProcess::start(&path);
+    let db = Db::Sqlite(dir.join("state.db"));
+    eventually("first rebalance", WAIT, || !db.history().is_empty());
+    let (status, body) = get(&format!("{}/v1/assignments", service.api), None);
+    assert_eq!(status, 200);
+    for (platform, channels) in [("onebot", 12), ("discord", 5)] {
+        let viewed: BTreeMap<String, String> =
+            serde_json::from_value(body[platform].clone()).unwrap();
+        assert_eq!(viewed.len(), channels, "{platform}: {body}");
+        assert_eq!(db.channels(platform), viewed, "{platform}: rows and view");
+        eventually(&format!("{platform} published"), WAIT, || {
+            hash(&redis, &format!("two:assignment:{platform}")) == viewed
+        });
+    }
+    assert_eq!(db.history().len(), 1, "one plan");
+    service.stop().unwrap();
+}
+
 #[test]
 fn a_redis_restart_gets_the_full_state_republished() {
     let mut redis = RedisServer::start();

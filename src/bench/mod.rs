@@ -251,13 +251,32 @@ fn thread_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// Page faults this thread has taken that needed no disk (`minflt` of `/proc/thread-self/stat`).
+/// Page faults this thread has taken that needed no disk.
 fn thread_faults() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    // The fields after the command name, which is in parentheses and may hold anything.
-    let fields = &stat[stat.rfind(')')? + 1..];
-    // `state ppid pgrp session tty_nr tpgid flags minflt`.
-    fields.split_whitespace().nth(7)?.parse().ok()
+    proc_counters("thread-self").map(|c| c.faults)
+}
+
+/// What the kernel counts of a process (`self`, `thread-self` or a pid) in `/proc/…/stat`.
+struct ProcCounters {
+    /// Page faults that needed no disk (`minflt`): first touches of memory, each a trip into
+    /// the kernel, which on a VM may have to ask its host for the page.
+    faults: u64,
+    /// User and system CPU time of all its threads, counted in the kernel's clock ticks.
+    cpu: Duration,
+}
+
+fn proc_counters(process: &str) -> Option<ProcCounters> {
+    let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold anything:
+    // `state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime`.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let number = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    let ticks = number(11)? + number(12)?;
+    let per_second = rustix::param::clock_ticks_per_second().max(1);
+    Some(ProcCounters {
+        faults: number(7)?,
+        cpu: Duration::from_secs_f64(ticks as f64 / per_second as f64),
+    })
 }
 
 /// Whether every check held.
@@ -456,7 +475,12 @@ fn reset_peak_rss() {
 }
 
 fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    peak_rss_mb_of("self")
+}
+
+/// The peak RSS of a process (`self` or a pid), in MB.
+fn peak_rss_mb_of(process: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{process}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)

@@ -75,6 +75,7 @@ sources:
     let db = dir.join("data").join("auto-assign.db");
 
     let started = Instant::now();
+    let bots_before = super::proc_counters("self");
     let mut child = TermOnDrop(
         Command::new(std::env::current_exe()?)
             .args(["serve", "--config"])
@@ -87,6 +88,7 @@ sources:
             .stderr(Stdio::inherit())
             .spawn()?,
     );
+    let service = child.0.id().to_string();
     let result = async {
         // The first run that covers every bot's groups: a first plan that misses a bot whose
         // report was still on its way to the engine is followed by another (noted).
@@ -100,6 +102,20 @@ sources:
                     "  start → first assignment committed: {:.2} s ({assigned} channels)",
                     to_first.as_secs_f64()
                 );
+                // The wall clock of a start-up moves with the machine's hour; the CPU and
+                // the first touches of memory it took say more about a change.
+                if let (Some(service), Some(bots), Some(before)) = (
+                    super::proc_counters(&service),
+                    super::proc_counters("self"),
+                    &bots_before,
+                ) {
+                    println!(
+                        "    the service meanwhile: {:.2} s CPU, {} page faults; the simulated bots (this process): {:.2} s CPU",
+                        service.cpu.as_secs_f64(),
+                        service.faults,
+                        (bots.cpu - before.cpu).as_secs_f64()
+                    );
+                }
                 break;
             }
             println!(
@@ -157,7 +173,7 @@ sources:
                 ms(max)
             );
         }
-        println!("  service peak RSS: {}", peak_rss(child.0.id()).map_or("n/a".to_owned(), |mb| format!("{mb:.0} MB")));
+        println!("  service peak RSS: {}", super::mb(super::peak_rss_mb_of(&service)));
         anyhow::Ok(())
     }
     .await;
@@ -224,16 +240,4 @@ async fn open(db: &Path) -> anyhow::Result<sqlx::SqlitePool> {
         .read_only(true)
         .busy_timeout(Duration::from_secs(30));
     Ok(sqlx::SqlitePool::connect_with(options).await?)
-}
-
-fn peak_rss(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
 }

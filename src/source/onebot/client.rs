@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::{self, protocol::WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -123,10 +123,7 @@ async fn connect(
             .map_err(|_| "the access token is not a valid header value".to_owned())?;
         request.headers_mut().insert("Authorization", value);
     }
-    let max = hub.settings.max_frame_bytes.get() as usize;
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(max))
-        .max_frame_size(Some(max));
+    let config = hub.settings.websocket();
     let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     let (ws, _) = tokio::time::timeout(hub.settings.action_timeout.get(), connecting)
         .await

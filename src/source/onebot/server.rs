@@ -12,7 +12,6 @@ use subtle::ConstantTimeEq;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -94,10 +93,7 @@ async fn accept(
             }
         }
     };
-    let max = hub.settings.max_frame_bytes.get() as usize;
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(max))
-        .max_frame_size(Some(max));
+    let config = hub.settings.websocket();
     let ws = match tokio::time::timeout(
         hub.settings.action_timeout.get(),
         tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)),

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use serde::Deserialize;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::secret::Secret;
 use crate::yaml::{AtLeast, Seconds, checked_str, socket_addr};
@@ -54,6 +55,19 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The WebSocket settings of every connection, forward or reverse.
+    pub fn websocket(&self) -> WebSocketConfig {
+        let max = self.max_frame_bytes.get() as usize;
+        WebSocketConfig::default()
+            .max_message_size(Some(max))
+            .max_frame_size(Some(max))
+            // tungstenite zero-fills this much of its buffer before every read from the
+            // socket: at its default of 128 KiB, a start-up's 200 group lists (~500 KB
+            // each) zero-filled ~220 MB and left ~11 MB more resident. A group list now
+            // takes ~30 reads of at most 16 KiB instead of ~4: a few µs each.
+            .read_buffer_size(16 * 1024)
+    }
+
     /// Connections without their own token use the section's.
     pub fn resolve(&mut self) {
         for c in &mut self.connections {
