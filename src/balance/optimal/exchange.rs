@@ -92,9 +92,8 @@ pub(crate) struct Exchange {
 /// One member node of one channel. Moving a channel reads and writes every field of each of
 /// its entries, and walking an arc list reads an entry's channel and its neighbours' links:
 /// side by side, an entry's fields come in one cache line (two for some entries), where an
-/// array per field took five. And the
-/// entries of a large graph are one allocation, large enough that the allocator maps it
-/// fresh from the kernel, on huge pages ([`pages`]).
+/// array per field took five. And the entries of a large graph are one allocation, large
+/// enough that the allocator maps it fresh from the kernel, on huge pages ([`pages`]).
 #[derive(Clone, Copy, zerocopy::FromZeros)]
 struct Entry {
     channel: u32,
