@@ -51,6 +51,7 @@ async fn bench(bots: usize, groups_per_bot: usize, seed: u64) -> anyhow::Result<
         "onebot fleet: {bots} simulated bots × {groups_per_bot} groups = {} memberships over {pool} groups (loopback, forward WebSocket)",
         bots * groups_per_bot
     );
+    println!("  {}", super::first_touch_line());
 
     let dir = std::env::temp_dir().join(format!("auto-assign-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
