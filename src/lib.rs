@@ -20,6 +20,7 @@
 //! * [`leader`]: several instances, one leader: the lease, terms and fencing.
 //! * [`service`]: `auto-assign serve`, wiring it all with a clean shutdown.
 //! * [`bench`]: seeded synthetic fleets and the measurements printed by `auto-assign bench`.
+//! * [`pages`]: large arrays on transparent huge pages (the planner's graph, a plan's rows).
 //!
 //! The planner never does I/O; everything around it is a thin shell.
 
@@ -41,6 +42,7 @@ pub(crate) mod logs;
 pub(crate) mod metrics;
 pub(crate) mod model;
 pub mod outputs;
+pub(crate) mod pages;
 pub mod pallas;
 pub(crate) mod presence;
 pub(crate) mod secret;

@@ -887,16 +887,21 @@ fn in_key_order(writes: &[ChannelWrite]) -> Vec<&ChannelWrite> {
     }
     platforms.sort_unstable();
     let rank = |platform: &str| platforms.binary_search(&platform).expect("listed") as u32;
-    let mut keyed: Vec<(u32, u128, &ChannelWrite)> = writes
-        .iter()
-        .map(|w| (rank(&w.platform), prefix(&w.channel), w))
-        .collect();
+    // Fresh memory as large as the rows themselves: on huge pages (see [`crate::pages`]).
+    let mut keyed: Vec<(u32, u128, &ChannelWrite)> = crate::pages::with_capacity(writes.len());
+    keyed.extend(
+        writes
+            .iter()
+            .map(|w| (rank(&w.platform), prefix(&w.channel), w)),
+    );
     keyed.sort_unstable_by(|(ra, pa, a), (rb, pb, b)| {
         (ra, pa)
             .cmp(&(rb, pb))
             .then_with(|| a.channel.cmp(&b.channel))
     });
-    keyed.into_iter().map(|(_, _, w)| w).collect()
+    let mut rows = crate::pages::with_capacity(keyed.len());
+    rows.extend(keyed.into_iter().map(|(_, _, w)| w));
+    rows
 }
 
 /// Whether a fenced transaction found a newer term.

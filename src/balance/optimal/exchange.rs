@@ -13,7 +13,7 @@
 //! member), so moving a channel costs O(its degree) and finding a channel for an arc is O(1);
 //! the number of channels never enters a graph search, only the number of bot pairs.
 
-use super::pages;
+use crate::pages;
 
 pub(crate) const NIL: u32 = u32::MAX;
 /// The node holding channels that are not placed yet.

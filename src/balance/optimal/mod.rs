@@ -31,7 +31,6 @@
 mod exchange;
 mod flow;
 mod levels;
-mod pages;
 
 use exchange::{Exchange, Lists, NIL, SOURCE};
 use flow::{Cost, Flow};
