@@ -8,9 +8,10 @@
 //! TLB entries and a 512th of the faults.
 //!
 //! A plan's rows on their way to the database are written once and read once, but they are
-//! fresh memory too (a start-up's 367k rows and their key order, ~32 MB), and a first touch
-//! is what costs: on a VM whose host takes freed memory back, 4 KiB pages were first touched
-//! at 0.3–3 GB/s depending on the hour, 2 MiB pages at ~18 GB/s.
+//! fresh memory too (a start-up's 367k rows and their key order, ~33 MB), and there a first
+//! touch is what costs. On the CI VM, memory its host still backed was first touched at ~2.9
+//! GB/s on 4 KiB pages and at 5–19 GB/s on 2 MiB pages (a 512th of the faults); memory the
+//! host had taken back, at 0.4–0.7 GB/s either way.
 //!
 //! The kernel is only advised (`madvise(MADV_HUGEPAGE)`, which the setting most distributions
 //! ship with, `transparent_hugepage=madvise`, waits for). It takes the advice for memory not
