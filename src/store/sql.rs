@@ -887,7 +887,7 @@ fn in_key_order(writes: &[ChannelWrite]) -> Vec<&ChannelWrite> {
     }
     platforms.sort_unstable();
     let rank = |platform: &str| platforms.binary_search(&platform).expect("listed") as u32;
-    // Fresh memory as large as the rows themselves: on huge pages (see [`crate::pages`]).
+    // Fresh memory nearly as large as the rows themselves: on huge pages (see [`crate::pages`]).
     let mut keyed: Vec<(u32, u128, &ChannelWrite)> = crate::pages::with_capacity(writes.len());
     keyed.extend(
         writes
