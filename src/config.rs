@@ -9,6 +9,7 @@
 //! A rejected edit leaves the previous config in force.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,6 +62,33 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+/// The environment variable that sets the service's worker threads (tokio's own name for it).
+pub const WORKER_THREADS_VAR: &str = "TOKIO_WORKER_THREADS";
+
+/// [`WORKER_THREADS_VAR`] holds something other than a whole number of at least 1 (shown
+/// cut to [`crate::logs::SHOWN_CHARS`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{WORKER_THREADS_VAR}: {0:?} is not a number of threads (1 or more)")]
+pub struct WorkerThreadsError(String);
+
+/// The worker threads [`WORKER_THREADS_VAR`] asks for, if it is set. Read here rather than by
+/// tokio, which panics on a value it cannot use: a bad one is an error like a bad key's.
+pub fn worker_threads(
+    value: Option<&std::ffi::OsStr>,
+) -> Result<Option<NonZeroUsize>, WorkerThreadsError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .and_then(|text| text.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            let shown = value.to_string_lossy();
+            WorkerThreadsError(crate::logs::truncate(&shown, crate::logs::SHOWN_CHARS).to_owned())
+        })
 }
 
 /// The file as written: the plugin's keys at the top level, then each subsystem's section.
@@ -284,6 +312,23 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(Path::new("/etc/aa/config.yaml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn worker_threads_are_a_whole_number_or_a_clear_error() {
+        use std::ffi::OsStr;
+        let threads = |text: &str| worker_threads(Some(OsStr::new(text)));
+        assert_eq!(worker_threads(None), Ok(None));
+        assert_eq!(threads("1"), Ok(NonZeroUsize::new(1)));
+        assert_eq!(threads(" 4 "), Ok(NonZeroUsize::new(4)));
+        for bad in ["0", "", "two", "-1", "1.5"] {
+            assert_eq!(
+                threads(bad).map_err(|e| e.to_string()),
+                Err(format!(
+                    "TOKIO_WORKER_THREADS: {bad:?} is not a number of threads (1 or more)"
+                )),
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use auto_assign::balance::{self, Plan, Strategy};
 #[cfg(feature = "bench")]
 use auto_assign::bench;
 use auto_assign::cli::{Remote, RemoteError, status_table};
-use auto_assign::config::{Config, LogFormat};
+use auto_assign::config::{Config, LogFormat, WORKER_THREADS_VAR, worker_threads};
 use auto_assign::snapshot::{self, Snapshot};
 
 #[derive(Parser)]
@@ -191,7 +191,19 @@ fn serve(config: &std::path::Path) -> ExitCode {
         }
     };
     init_logs(config.log_format);
-    let runtime = match tokio::runtime::Runtime::new() {
+    let workers = match worker_threads(std::env::var_os(WORKER_THREADS_VAR).as_deref()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(n) = workers {
+        runtime.worker_threads(n.get());
+    }
+    let runtime = match runtime.build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

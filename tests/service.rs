@@ -314,6 +314,49 @@ fn invalid_config_or_fleet_at_startup_exits_2() {
 }
 
 #[test]
+fn worker_threads_come_from_the_environment_and_a_bad_number_exits_2() {
+    let started = |name: &str, workers: &str| {
+        let dir = TempDir::new(name);
+        dir.write("fleet.yaml", FLEET);
+        let path = dir.write("config.yaml", &config("sqlite://state.db", ""));
+        let service = Service::start_with_env(&path, &[("TOKIO_WORKER_THREADS", workers)]);
+        (dir, service)
+    };
+    for bad in ["0", "many"] {
+        let (_dir, mut service) = started("workers-bad", bad);
+        assert_eq!(service.wait(WAIT).code(), Some(2), "{}", service.log());
+        let expected =
+            format!("error: TOKIO_WORKER_THREADS: {bad:?} is not a number of threads (1 or more)");
+        assert!(service.log().contains(&expected), "{}", service.log());
+        assert!(!service.log().contains("panicked"), "{}", service.log());
+    }
+    // Each runs until it has committed the first assignment, balanced, and stops cleanly.
+    let balanced = |dir: &TempDir| {
+        let db = Db::Sqlite(dir.join("state.db"));
+        committed(&db, 1);
+        let loads = loads(&db.channels("onebot"));
+        assert_eq!(loads.values().copied().collect::<Vec<_>>(), [4, 4, 4]);
+    };
+    // The number is the runtime's: its workers are started with it, each a thread tokio
+    // names `tokio-rt-worker` (so are its blocking threads, a few at most while idle). More
+    // than this machine's cores, so that the default could not account for them.
+    let many = std::thread::available_parallelism().map_or(1, |n| n.get()) + 8;
+    let (dir, service) = started("workers-many", &many.to_string());
+    balanced(&dir);
+    let workers = std::fs::read_dir(format!("/proc/{}/task", service.pid()))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+        .filter(|name| name.trim() == "tokio-rt-worker")
+        .count();
+    assert!(workers >= many, "{workers} workers, asked for {many}");
+    assert!(service.stop().success());
+    // One worker: the plan and SQLite have threads of their own, so it runs as with many.
+    let (dir, service) = started("workers-one", "1");
+    balanced(&dir);
+    assert!(service.stop().success());
+}
+
+#[test]
 fn shutdown_during_a_rebalance_leaves_the_store_consistent() {
     let dir = TempDir::new("shutdown");
     let channels: Vec<String> = (0..60_000).map(|i| (1_000_000 + i).to_string()).collect();

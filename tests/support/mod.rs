@@ -184,10 +184,16 @@ pub struct Service {
 
 impl Service {
     pub fn start(config: &Path) -> Service {
+        Service::start_with_env(config, &[])
+    }
+
+    /// [`Service::start`] with these environment variables set as well.
+    pub fn start_with_env(config: &Path, vars: &[(&str, &str)]) -> Service {
         let mut child = Command::new(env!("CARGO_BIN_EXE_auto-assign"))
             .args(["serve", "--config"])
             .arg(config)
             .env("RUST_LOG", "info")
+            .envs(vars.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
