@@ -174,7 +174,7 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
     let [raw, direct, pipelined] = side_by_side([raw, direct, pipelined], &cpu).await?;
     let [raw_dedicated, assigned, fallback] =
         side_by_side([raw_dedicated, assigned, fallback], &cpu).await?;
-    let line = |what: &str, m: &Measured, reference: Option<(&Measured, &str)>| {
+    let line = |what: &str, m: &Figures, reference: Option<(&Figures, &str)>| {
         let r = m.rate;
         match reference {
             Some((base, name)) => println!(
@@ -350,7 +350,7 @@ const TURNS: usize = 10;
 async fn side_by_side<const N: usize>(
     ops: [Operation; N],
     cpu: &CpuClocks,
-) -> anyhow::Result<[Measured; N]> {
+) -> anyhow::Result<[Figures; N]> {
     let mut samples: [Vec<u64>; N] = std::array::from_fn(|_| Vec::new());
     let mut elapsed = [Duration::ZERO; N];
     let mut spent: [Vec<Option<Duration>>; N] =
@@ -376,7 +376,7 @@ async fn side_by_side<const N: usize>(
     }
     Ok(std::array::from_fn(|k| {
         let operations = samples[k].len().max(1) as u32;
-        Measured {
+        Figures {
             rate: Rate::new(std::mem::take(&mut samples[k]), elapsed[k]),
             cpu: spent[k].iter().map(|t| t.map(|t| t / operations)).collect(),
         }
@@ -384,7 +384,7 @@ async fn side_by_side<const N: usize>(
 }
 
 /// An operation's rate and what one operation cost each of [`CpuClocks`]' processes.
-struct Measured {
+struct Figures {
     rate: Rate,
     /// CPU time per operation, in the order of `CpuClocks::processes`; `None` where the
     /// process's clock could not be read.

@@ -358,7 +358,7 @@ fn bench_fleet(mut fleet: Fleet, generated: Duration) -> bool {
     // 1.0 ms for the same re-plan in runs a minute apart). Every round is the last one's
     // shape, which `replan` checks: a full plan of the same state first, then the re-plan.
     // Without the full plan in between, a re-plan finds its data still in the CPU's caches
-    // from the round before and took as little as a quarter of the time, which a service
+    // from the round before and takes as little as a quarter of the time, which a service
     // woken by one bot's notice after a quiet spell does not see.
     let mut round = |fleet: &mut Fleet, earlier: &mut Option<Measured<()>>| {
         drop(balance::plan(&fleet.index, &fleet.rules, Strategy::Optimal));
