@@ -30,7 +30,7 @@ use fleets::{Fleet, PLATFORM};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Skip the million-channel fleets.
+    /// Skip the large fleets (the flat 200 × 5,000 one and the million-channel ones).
     #[arg(long)]
     pub quick: bool,
     /// Seed of the fleet generator.

@@ -66,8 +66,8 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>, ortools: &Path) -> anyh
     for strategy in ["greedy", "optimal"] {
         let mut cpus = Vec::new();
         let mut walls = Vec::new();
-        for (label, bin) in &binaries {
-            let run = run_plan(bin, strategy, &input, &dir.join("out.json"))
+        for (i, (label, bin)) in binaries.iter().enumerate() {
+            let run = run_plan(bin, strategy, &input, &output(dir, i))
                 .with_context(|| format!("{label} {}", bin.display()))?;
             println!(
                 "  {strategy:<8} {label:<10} wall {:>6.0} ms, CPU {:>6}, peak RSS {:>7}",
@@ -90,20 +90,36 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>, ortools: &Path) -> anyh
             );
         }
         if strategy == "optimal" {
+            // This build's plan and time, whatever a baseline wrote after it.
             let plan_wall = walls[0];
-            side_by_side(ortools, dir, &instance, &previous, plan_wall)?;
+            side_by_side(
+                ortools,
+                dir,
+                &instance,
+                &output(dir, 0),
+                &previous,
+                plan_wall,
+            )?;
         }
     }
     Ok(())
 }
 
+/// Where the `i`th of the compared binaries (this build first) writes its assignment: each
+/// its own file, so that the optimum checked below is this build's and not a baseline's.
+fn output(dir: &Path, i: usize) -> std::path::PathBuf {
+    dir.join(format!("out-{i}.json"))
+}
+
 /// OR-Tools' `SimpleMinCostFlow` on the same instance (`scripts/ortools_mcf.py`), when the
 /// Python at `python` has it: its time next to the whole `plan` process's, and both optima
-/// compared (least Σ load², then fewest moves: equal when both are exact).
+/// compared (least Σ load², then fewest moves: equal when both are exact); `planned` is the
+/// plan's output.
 fn side_by_side(
     python: &Path,
     dir: &Path,
     instance: &Path,
+    planned: &Path,
     previous: &std::collections::HashMap<String, String>,
     plan_wall: Duration,
 ) -> anyhow::Result<()> {
@@ -132,7 +148,7 @@ fn side_by_side(
         report["build_s"].as_f64().unwrap_or(0.0) + report["solve_s"].as_f64().unwrap_or(0.0);
     // The plan's own answer, read back from its output.
     let planned: std::collections::HashMap<String, String> =
-        serde_json::from_slice(&std::fs::read(dir.join("out.json"))?)?;
+        serde_json::from_slice(&std::fs::read(planned)?)?;
     let mut loads: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
     for bot in planned.values() {
         *loads.entry(bot.as_str()).or_default() += 1;
