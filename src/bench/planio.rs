@@ -113,13 +113,13 @@ fn output(dir: &Path, i: usize) -> std::path::PathBuf {
 
 /// OR-Tools' `SimpleMinCostFlow` on the same instance (`scripts/ortools_mcf.py`), when the
 /// Python at `python` has it: its time next to the whole `plan` process's, and both optima
-/// compared (least Σ load², then fewest moves: equal when both are exact); `planned` is the
-/// plan's output.
+/// compared (least Σ load², then fewest moves: equal when both are exact); `plan_output` is
+/// the file the plan wrote.
 fn side_by_side(
     python: &Path,
     dir: &Path,
     instance: &Path,
-    planned: &Path,
+    plan_output: &Path,
     previous: &std::collections::HashMap<String, String>,
     plan_wall: Duration,
 ) -> anyhow::Result<()> {
@@ -148,7 +148,7 @@ fn side_by_side(
         report["build_s"].as_f64().unwrap_or(0.0) + report["solve_s"].as_f64().unwrap_or(0.0);
     // The plan's own answer, read back from its output.
     let planned: std::collections::HashMap<String, String> =
-        serde_json::from_slice(&std::fs::read(planned)?)?;
+        serde_json::from_slice(&std::fs::read(plan_output)?)?;
     let mut loads: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
     for bot in planned.values() {
         *loads.entry(bot.as_str()).or_default() += 1;
