@@ -2,11 +2,30 @@
 //! are known and online, which channels are excluded. The engine writes it after every plan
 //! and fleet event; the API and the Redis publisher read it. Lookups are O(1), so answering
 //! "should this bot handle this message?" needs no database or Redis round trip.
+//!
+//! That question is asked about every group message by every bot, also while the engine
+//! writes a start-up's 367k assignments, so what it reads takes no lock: [`Routes`], tables
+//! published through an `ArcSwap` and immutable but for atomics (a channel's assignee, as the
+//! bot's number; a bot's presence and load). A change that touches only channels and bots the
+//! tables have (a plan's moves, a bot going on- or offline) is stored into those atomics in
+//! place; one that brings new keys (a first plan, a bot never seen) builds a grown copy and
+//! publishes it, and a reader keeps the tables it loaded. The writers are serialised by the
+//! lock on [`State`]; the readers of a whole assignment (the API's listings, the stream's
+//! snapshot) take it too, so they never see a change half made.
+//!
+//! A bot's number is published (in its platform's bot table) before any channel is stored
+//! with it. So a reader that finds a number its tables do not have loaded them before that
+//! bot appeared, and loads them again; and a number never changes while a channel table that
+//! holds it is published (tables are renumbered only into a new pair). A decision reads the
+//! channel's assignee and then that bot's presence, each as one atomic: the presence may be a
+//! moment newer, as a decision arriving a moment later would see it.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
+use arc_swap::ArcSwap;
 use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 use tokio::sync::broadcast;
@@ -17,9 +36,17 @@ use crate::model::{canonical_number, split_key};
 /// resyncs from a snapshot).
 const UPDATES_BUFFERED: usize = 1024;
 
+/// Forgotten bots a platform's bot table keeps numbered (so that a bot learnt again takes its
+/// number back without a new table) before both tables are rebuilt without them: a fleet
+/// whose bots come and go under ever new ids must not grow it without bound.
+const FORGOTTEN_KEPT: usize = 64;
+
 #[derive(Clone)]
 pub struct View {
+    /// What is not read by decisions, and the writers' lock (see the module doc).
     inner: Arc<RwLock<State>>,
+    /// What a decision reads, without a lock.
+    routes: Arc<ArcSwap<Routes>>,
     /// Every assignment change, numbered: what `GET /v1/assignments/stream` follows.
     updates: broadcast::Sender<Arc<Update>>,
 }
@@ -28,6 +55,7 @@ impl Default for View {
     fn default() -> Self {
         View {
             inner: Arc::default(),
+            routes: Arc::default(),
             updates: broadcast::channel(UPDATES_BUFFERED).0,
         }
     }
@@ -64,24 +92,9 @@ pub enum Route {
 struct State {
     /// Bumped by every [`Update`].
     version: u64,
-    platforms: BTreeMap<String, PlatformView>,
+    /// Every platform written to, with its counts from the last plan.
+    platforms: BTreeMap<String, PlatformCounts>,
     last_run: Option<RunSummary>,
-    /// Excluded channels named with their platform (`platform → channels`).
-    excluded_full: HashMap<Box<str>, HashSet<Box<str>>>,
-    /// Excluded channels named without a platform: excluded on every platform.
-    excluded_short: HashSet<Box<str>>,
-}
-
-#[derive(Default)]
-struct PlatformView {
-    /// Channel → bot; a bot's name is one allocation shared by its channels and `loads`.
-    assignee: ChannelMap<Arc<str>>,
-    loads: FxHashMap<Arc<str>, u32>,
-    /// Every bot known (not forgotten), with whether it is online now. Every ingress
-    /// decision looks up its sender here, and its group's assignee.
-    bots: FxHashMap<Box<str>, bool>,
-    /// Counts from the last plan.
-    counts: PlatformCounts,
 }
 
 /// The last rebalance, for `GET /v1/status`.
@@ -109,6 +122,78 @@ pub struct PlatformCounts {
     pub mean: f64,
     pub stddev: f64,
     pub max_load: u32,
+}
+
+/// What decisions read (see the module doc). Cloning it shares every table.
+#[derive(Clone, Default)]
+struct Routes {
+    platforms: FxHashMap<Box<str>, Tables>,
+    excluded: Arc<Exclusions>,
+}
+
+#[derive(Default)]
+struct Exclusions {
+    /// Excluded channels named with their platform (`platform → channels`).
+    full: HashMap<Box<str>, HashSet<Box<str>>>,
+    /// Excluded channels named without a platform: excluded on every platform.
+    short: HashSet<Box<str>>,
+}
+
+/// One platform's channel and bot tables. Cloning it shares them.
+#[derive(Clone, Default)]
+struct Tables {
+    channels: Arc<Channels>,
+    bots: Arc<Bots>,
+}
+
+/// Channel → assignee.
+#[derive(Default)]
+struct Channels {
+    /// Channel → its slot in `assignee`.
+    slots: ChannelMap<u32>,
+    /// Slot → [`encode`]d number of the channel's assignee in the [`Bots`].
+    assignee: Vec<AtomicU32>,
+}
+
+/// The bots a platform's channels or fleet name, numbered.
+#[derive(Default)]
+struct Bots {
+    numbers: FxHashMap<Arc<str>, u32>,
+    /// Number → bot.
+    all: Vec<Bot>,
+}
+
+struct Bot {
+    name: Arc<str>,
+    /// A [`Presence`].
+    presence: AtomicU8,
+    /// Channels assigned to it.
+    load: AtomicU32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Presence {
+    /// Not a bot of the fleet: only named as an assignee, or forgotten.
+    Outside = 0,
+    Offline = 1,
+    Online = 2,
+}
+
+/// A number in a channel table that the bot table loaded with it does not have yet: the
+/// reader loaded its tables before that bot appeared.
+struct Stale;
+
+/// A published channel table has no slot for the channel: it goes into a grown copy.
+struct NoSlot;
+
+/// A slot's value: a bot's number plus one, 0 for none.
+fn encode(bot: Option<u32>) -> u32 {
+    bot.map_or(0, |n| n + 1)
+}
+
+fn decode(slot: u32) -> Option<u32> {
+    slot.checked_sub(1)
 }
 
 /// Channel → `V`, keyed as the index keys ids: a canonical decimal number (a QQ group) by
@@ -145,16 +230,12 @@ impl<V> ChannelMap<V> {
         }
     }
 
+    #[cfg(test)]
     fn remove(&mut self, channel: &str) -> Option<V> {
         match canonical_number(channel) {
             Some(n) => self.numbers.remove(&n),
             None => self.texts.remove(channel),
         }
-    }
-
-    /// Room for `more` channels, taken as numbers (most are).
-    fn reserve(&mut self, more: usize) {
-        self.numbers.reserve(more);
     }
 
     /// Every channel with its value, in no order.
@@ -167,35 +248,205 @@ impl<V> ChannelMap<V> {
         numbers.chain(texts)
     }
 
+    /// The channels for which `map` gives a value, with it, and room for `more` channels
+    /// (taken as numbers: most are). The numbers are copied as numbers, not as text.
+    fn filter_map<W>(&self, more: usize, mut map: impl FnMut(&V) -> Option<W>) -> ChannelMap<W> {
+        let mut out = ChannelMap::default();
+        out.numbers.reserve(self.numbers.len() + more);
+        out.numbers
+            .extend(self.numbers.iter().filter_map(|(&n, v)| Some((n, map(v)?))));
+        out.texts.extend(
+            self.texts
+                .iter()
+                .filter_map(|(c, v)| Some((c.clone(), map(v)?))),
+        );
+        out
+    }
+
     /// The channels `keep` refuses, as text. A number is written on the stack to be asked
     /// about, so a mirror of a whole, mostly unchanged assignment allocates only for the few
     /// channels refused.
-    fn refused(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    fn refused(&self, keep: impl Fn(&str, &V) -> bool) -> Vec<String> {
         let mut text = itoa::Buffer::new();
         let mut refused = Vec::new();
-        for &n in self.numbers.keys() {
+        for (&n, v) in &self.numbers {
             let channel = text.format(n);
-            if !keep(channel) {
+            if !keep(channel, v) {
                 refused.push(channel.to_owned());
             }
         }
         refused.extend(
             self.texts
-                .keys()
-                .filter(|c| !keep(c))
-                .map(|c| c.to_string()),
+                .iter()
+                .filter(|(c, v)| !keep(c, v))
+                .map(|(c, _)| c.to_string()),
         );
         refused
     }
 }
 
-impl State {
-    fn is_excluded(&self, platform: &str, channel: &str) -> bool {
-        self.excluded_short.contains(channel)
+impl Exclusions {
+    fn contains(&self, platform: &str, channel: &str) -> bool {
+        self.short.contains(channel)
             || self
-                .excluded_full
+                .full
                 .get(platform)
                 .is_some_and(|channels| channels.contains(channel))
+    }
+}
+
+impl Routes {
+    /// The bot assigned `channel`, if any.
+    fn assignee(&self, platform: &str, channel: &str) -> Result<Option<&Bot>, Stale> {
+        let Some(tables) = self.platforms.get(platform) else {
+            return Ok(None);
+        };
+        match tables.channels.get(channel) {
+            None => Ok(None),
+            Some(n) => tables.bots.all.get(n as usize).map(Some).ok_or(Stale),
+        }
+    }
+
+    fn bot(&self, platform: &str, bot: &str) -> Option<&Bot> {
+        self.platforms.get(platform)?.bots.get(bot)
+    }
+}
+
+impl Tables {
+    /// These tables without the bots that are unused (outside the fleet, assigned nothing),
+    /// renumbered, and without the channels that are unassigned.
+    fn compacted(&self) -> Tables {
+        let mut renumbered = vec![0; self.bots.all.len()];
+        let mut bots = Bots::default();
+        for (bot, new) in self.bots.all.iter().zip(&mut renumbered) {
+            if !bot.unused() {
+                *new = bots.push(bot.copy());
+            }
+        }
+        let channels = self.channels.copy(0, |n| renumbered[n as usize]);
+        Tables {
+            channels: Arc::new(channels),
+            bots: Arc::new(bots),
+        }
+    }
+}
+
+impl Channels {
+    /// The number of `channel`'s assignee.
+    fn get(&self, channel: &str) -> Option<u32> {
+        let slot = *self.slots.get(channel)?;
+        decode(self.assignee[slot as usize].load(Ordering::Acquire))
+    }
+
+    /// Sets a channel of a published table in place, returning its previous assignee.
+    fn swap(&self, channel: &str, bot: Option<u32>) -> Result<Option<u32>, NoSlot> {
+        match self.slots.get(channel) {
+            Some(&slot) => Ok(decode(
+                self.assignee[slot as usize].swap(encode(bot), Ordering::AcqRel),
+            )),
+            None if bot.is_none() => Ok(None),
+            None => Err(NoSlot),
+        }
+    }
+
+    /// Sets a channel of a table not published yet, returning its previous assignee.
+    fn set(&mut self, channel: &str, bot: Option<u32>) -> Option<u32> {
+        match self.slots.get(channel) {
+            Some(&slot) => decode(std::mem::replace(
+                self.assignee[slot as usize].get_mut(),
+                encode(bot),
+            )),
+            None => {
+                if bot.is_some() {
+                    let slot = u32::try_from(self.assignee.len()).expect("under 2^32 channels");
+                    self.slots.insert(channel, slot);
+                    self.assignee.push(AtomicU32::new(encode(bot)));
+                }
+                None
+            }
+        }
+    }
+
+    /// A copy of the assigned channels, their assignees' numbers mapped by `renumber`, with
+    /// room for `more`: to grow or renumber and then publish.
+    fn copy(&self, more: usize, renumber: impl Fn(u32) -> u32) -> Channels {
+        let mut assignee = Vec::with_capacity(self.assignee.len() + more);
+        let slots = self.slots.filter_map(more, |&slot| {
+            let bot = decode(self.assignee[slot as usize].load(Ordering::Relaxed))?;
+            assignee.push(AtomicU32::new(encode(Some(renumber(bot)))));
+            Some(assignee.len() as u32 - 1)
+        });
+        Channels { slots, assignee }
+    }
+
+    /// Every assigned channel with its assignee's number, in no order.
+    fn assigned(&self) -> impl Iterator<Item = (Cow<'_, str>, u32)> {
+        self.slots.iter().filter_map(|(channel, &slot)| {
+            let bot = decode(self.assignee[slot as usize].load(Ordering::Acquire))?;
+            Some((channel, bot))
+        })
+    }
+}
+
+impl Bots {
+    fn get(&self, name: &str) -> Option<&Bot> {
+        self.all.get(*self.numbers.get(name)? as usize)
+    }
+
+    /// A copy to add bots to and then publish.
+    fn copy(&self) -> Bots {
+        Bots {
+            numbers: self.numbers.clone(),
+            all: self.all.iter().map(Bot::copy).collect(),
+        }
+    }
+
+    /// Numbers a new bot.
+    fn push(&mut self, bot: Bot) -> u32 {
+        let number = u32::try_from(self.all.len()).expect("under 2^32 bots");
+        self.numbers.insert(bot.name.clone(), number);
+        self.all.push(bot);
+        number
+    }
+}
+
+impl Bot {
+    fn new(name: &str) -> Bot {
+        Bot {
+            name: name.into(),
+            presence: AtomicU8::new(Presence::Outside as u8),
+            load: AtomicU32::new(0),
+        }
+    }
+
+    fn copy(&self) -> Bot {
+        Bot {
+            name: self.name.clone(),
+            presence: AtomicU8::new(self.presence.load(Ordering::Relaxed)),
+            load: AtomicU32::new(self.load.load(Ordering::Relaxed)),
+        }
+    }
+
+    fn presence(&self) -> Presence {
+        match self.presence.load(Ordering::Relaxed) {
+            2 => Presence::Online,
+            1 => Presence::Offline,
+            _ => Presence::Outside,
+        }
+    }
+
+    fn set_presence(&self, presence: Presence) {
+        self.presence.store(presence as u8, Ordering::Relaxed);
+    }
+
+    fn load(&self) -> u32 {
+        self.load.load(Ordering::Relaxed)
+    }
+
+    /// Nothing refers to it but its number: forgotten, or never in the fleet, and assigned
+    /// nothing.
+    fn unused(&self) -> bool {
+        self.presence() == Presence::Outside && self.load() == 0
     }
 }
 
@@ -206,6 +457,59 @@ impl View {
 
     fn write(&self) -> parking_lot::RwLockWriteGuard<'_, State> {
         self.inner.write()
+    }
+
+    /// A platform's tables as published (none yet: empty), for a writer (who holds `state`).
+    fn tables(&self, state: &mut State, platform: &str) -> Tables {
+        if !state.platforms.contains_key(platform) {
+            state
+                .platforms
+                .insert(platform.to_owned(), PlatformCounts::default());
+        }
+        let routes = self.routes.load();
+        routes.platforms.get(platform).cloned().unwrap_or_default()
+    }
+
+    /// Publishes new routes: the current ones changed by `change` (a writer's; the clone is of
+    /// a handful of platforms' shared tables).
+    fn publish_routes(&self, change: impl FnOnce(&mut Routes)) {
+        let mut routes = Routes::clone(&self.routes.load());
+        change(&mut routes);
+        self.routes.store(Arc::new(routes));
+    }
+
+    fn publish_tables(&self, platform: &str, tables: &Tables) {
+        self.publish_routes(|routes| {
+            routes.platforms.insert(platform.into(), tables.clone());
+        });
+    }
+
+    /// `bot`'s number, given (and published) if it has none.
+    fn number(&self, platform: &str, tables: &mut Tables, bot: &str) -> u32 {
+        if let Some(&number) = tables.bots.numbers.get(bot) {
+            return number;
+        }
+        let mut bots = tables.bots.copy();
+        let number = bots.push(Bot::new(bot));
+        tables.bots = Arc::new(bots);
+        self.publish_tables(platform, tables);
+        number
+    }
+
+    /// Finds the bot assigned `channel` and answers from it, loading the routes again when
+    /// they were stale (see the module doc).
+    fn with_assignee<T>(
+        &self,
+        platform: &str,
+        channel: &str,
+        answer: impl Fn(&Routes, Option<&Bot>) -> T,
+    ) -> T {
+        loop {
+            let routes = self.routes.load();
+            if let Ok(bot) = routes.assignee(platform, channel) {
+                return answer(&routes, bot);
+            }
+        }
     }
 
     /// Records assignee changes (`None`: unassigned).
@@ -219,35 +523,47 @@ impl View {
         // so none can arrive before this update is published): the update's copies of the
         // ids are not made, two allocations a row on a start-up's 367k rows.
         let followed = self.updates.receiver_count() > 0;
-        let p = state.platforms.entry(platform.to_owned()).or_default();
+        let mut tables = self.tables(&mut state, platform);
         let changes = changes.into_iter();
-        p.assignee.reserve(changes.size_hint().0);
+        let more = changes.size_hint().0;
+        // The channel table grown by the channels it had no slot for: published at the end,
+        // so that the copy is made once.
+        let mut grown: Option<Channels> = None;
         let mut update = Vec::new();
         let mut changed = false;
         for (channel, bot) in changes {
-            let (old, shared) = match bot {
-                Some(bot) => {
-                    let shared = match p.loads.get_key_value(bot) {
-                        Some((shared, _)) => shared.clone(),
-                        None => Arc::from(bot),
-                    };
-                    (p.assignee.insert(channel, shared.clone()), Some(shared))
+            let new = bot.map(|bot| self.number(platform, &mut tables, bot));
+            let old = if let Some(grown) = grown.as_mut() {
+                grown.set(channel, new)
+            } else {
+                match tables.channels.swap(channel, new) {
+                    Ok(old) => old,
+                    Err(NoSlot) => grown
+                        .insert(tables.channels.copy(more, |n| n))
+                        .set(channel, new),
                 }
-                None => (p.assignee.remove(channel), None),
             };
-            if old.as_deref() == bot {
+            if old == new {
                 continue;
             }
-            if let Some(load) = old.and_then(|old| p.loads.get_mut(&old)) {
-                *load = load.saturating_sub(1);
+            if let Some(old) = old {
+                tables.bots.all[old as usize]
+                    .load
+                    .fetch_sub(1, Ordering::Relaxed);
             }
-            if let Some(shared) = shared {
-                *p.loads.entry(shared).or_insert(0) += 1;
+            if let Some(new) = new {
+                tables.bots.all[new as usize]
+                    .load
+                    .fetch_add(1, Ordering::Relaxed);
             }
             changed = true;
             if followed {
                 update.push((channel.to_owned(), bot.map(str::to_owned)));
             }
+        }
+        if let Some(grown) = grown {
+            tables.channels = Arc::new(grown);
+            self.publish_tables(platform, &tables);
         }
         if changed {
             self.publish(&mut state, platform, update);
@@ -262,9 +578,14 @@ impl View {
     ) {
         let assignment: HashMap<&str, &str> = assignment.into_iter().collect();
         let gone: Vec<String> = {
-            let state = self.read();
-            state.platforms.get(platform).map_or_else(Vec::new, |p| {
-                p.assignee.refused(|c| assignment.contains_key(c))
+            let routes = self.routes.load();
+            routes.platforms.get(platform).map_or_else(Vec::new, |t| {
+                let channels = &t.channels;
+                channels.slots.refused(|c, &slot| {
+                    assignment.contains_key(c)
+                        || decode(channels.assignee[slot as usize].load(Ordering::Acquire))
+                            .is_none()
+                })
             })
         };
         // The engine is the only writer: nothing changes between the read and the write.
@@ -287,19 +608,28 @@ impl View {
         }));
     }
 
+    /// A platform's assignment as (channel, bot) pairs in no order; the caller holds the lock.
+    fn assignment_of(&self, _state: &State, platform: &str) -> Vec<(String, String)> {
+        let routes = self.routes.load();
+        let Some(tables) = routes.platforms.get(platform) else {
+            return Vec::new();
+        };
+        tables
+            .channels
+            .assigned()
+            .map(|(c, n)| (c.into_owned(), tables.bots.all[n as usize].name.to_string()))
+            .collect()
+    }
+
     /// The whole assignment at some version, and every update after it.
     pub fn subscribe(&self) -> (u64, Assignments, broadcast::Receiver<Arc<Update>>) {
         let state = self.read();
         let receiver = self.updates.subscribe();
         let assignments = state
             .platforms
-            .iter()
-            .map(|(name, p)| {
-                let a = p
-                    .assignee
-                    .iter()
-                    .map(|(c, b)| (c.into_owned(), b.to_string()))
-                    .collect();
+            .keys()
+            .map(|name| {
+                let a = self.assignment_of(&state, name).into_iter().collect();
                 (name.clone(), a)
             })
             .collect();
@@ -308,8 +638,14 @@ impl View {
 
     pub fn set_bot(&self, platform: &str, bot: &str, online: bool) {
         let mut state = self.write();
-        let p = state.platforms.entry(platform.to_owned()).or_default();
-        p.bots.insert(bot.into(), online);
+        let mut tables = self.tables(&mut state, platform);
+        let number = self.number(platform, &mut tables, bot);
+        let presence = if online {
+            Presence::Online
+        } else {
+            Presence::Offline
+        };
+        tables.bots.all[number as usize].set_presence(presence);
     }
 
     pub fn set_last_run(&self, run: RunSummary) {
@@ -322,106 +658,92 @@ impl View {
 
     pub fn set_counts(&self, platform: &str, counts: PlatformCounts) {
         let mut state = self.write();
-        state
-            .platforms
-            .entry(platform.to_owned())
-            .or_default()
-            .counts = counts;
+        state.platforms.insert(platform.to_owned(), counts);
     }
 
     pub fn counts(&self, platform: &str) -> PlatformCounts {
         let state = self.read();
-        state
-            .platforms
-            .get(platform)
-            .map(|p| p.counts.clone())
-            .unwrap_or_default()
+        state.platforms.get(platform).cloned().unwrap_or_default()
     }
 
-    /// Forgets a bot (gone for long); it must hold no channel.
+    /// Forgets a bot (gone for long); it should hold no channel.
     pub fn forget_bot(&self, platform: &str, bot: &str) {
-        let mut state = self.write();
-        if let Some(p) = state.platforms.get_mut(platform) {
-            p.bots.remove(bot);
-            p.loads.remove(bot);
+        let _state = self.write();
+        let routes = self.routes.load();
+        let Some(tables) = routes.platforms.get(platform) else {
+            return;
+        };
+        if let Some(bot) = tables.bots.get(bot) {
+            bot.set_presence(Presence::Outside);
+        }
+        let unused = tables.bots.all.iter().filter(|b| b.unused()).count();
+        if unused > FORGOTTEN_KEPT.max(tables.bots.all.len() - unused) {
+            let compacted = tables.compacted();
+            self.publish_tables(platform, &compacted);
         }
     }
 
     /// Excluded channel keys, full (`platform:channel`) or short (`channel`).
     pub fn set_exclusions(&self, keys: &[String]) {
-        let mut state = self.write();
-        state.excluded_full.clear();
-        state.excluded_short.clear();
+        let _state = self.write();
+        let mut excluded = Exclusions::default();
         for key in keys {
             match split_key(key) {
                 Some((platform, channel)) => {
-                    state
-                        .excluded_full
+                    excluded
+                        .full
                         .entry(platform.into())
                         .or_default()
                         .insert(channel.into());
                 }
                 None => {
-                    state.excluded_short.insert(key.as_str().into());
+                    excluded.short.insert(key.as_str().into());
                 }
             }
         }
+        let excluded = Arc::new(excluded);
+        self.publish_routes(|routes| routes.excluded = excluded);
     }
 
     pub fn assignee(&self, platform: &str, channel: &str) -> Option<String> {
-        let state = self.read();
-        state
-            .platforms
-            .get(platform)?
-            .assignee
-            .get(channel)
-            .map(|b| b.to_string())
+        self.with_assignee(platform, channel, |_, bot| bot.map(|b| b.name.to_string()))
     }
 
     /// Where a message in `channel` goes: excluded, unassigned, or its assignee and whether
-    /// that bot is online. What every ingress decision asks, so: one read of the state and no
-    /// allocation (the assignee is the view's own shared name).
+    /// that bot is online. What every ingress decision asks, so: no lock (see the module doc)
+    /// and no allocation (the assignee is the view's own shared name).
     pub fn route(&self, platform: &str, channel: &str) -> Route {
-        let state = self.read();
-        let p = state.platforms.get(platform);
-        let assignee = p.and_then(|p| p.assignee.get(channel)).cloned();
-        if state.is_excluded(platform, channel) {
-            return Route::Excluded { assignee };
-        }
-        match assignee {
-            None => Route::Unassigned,
-            Some(bot) => {
-                let online = p.and_then(|p| p.bots.get(&*bot)).copied().unwrap_or(false);
-                if online {
-                    Route::Online(bot)
-                } else {
-                    Route::Offline(bot)
-                }
+        self.with_assignee(platform, channel, |routes, bot| {
+            if routes.excluded.contains(platform, channel) {
+                return Route::Excluded {
+                    assignee: bot.map(|b| b.name.clone()),
+                };
             }
-        }
+            match bot {
+                None => Route::Unassigned,
+                Some(b) if b.presence() == Presence::Online => Route::Online(b.name.clone()),
+                Some(b) => Route::Offline(b.name.clone()),
+            }
+        })
     }
 
     pub fn is_online(&self, platform: &str, bot: &str) -> bool {
-        let state = self.read();
-        state
-            .platforms
-            .get(platform)
-            .and_then(|p| p.bots.get(bot))
-            .copied()
-            .unwrap_or(false)
+        let routes = self.routes.load();
+        routes
+            .bot(platform, bot)
+            .is_some_and(|b| b.presence() == Presence::Online)
     }
 
-    /// A bot of this fleet (known, online or not).
+    /// A bot of this fleet (known, online or not). Asked by every ingress decision: no lock.
     pub fn is_fleet_bot(&self, platform: &str, bot: &str) -> bool {
-        let state = self.read();
-        state
-            .platforms
-            .get(platform)
-            .is_some_and(|p| p.bots.contains_key(bot))
+        let routes = self.routes.load();
+        routes
+            .bot(platform, bot)
+            .is_some_and(|b| b.presence() != Presence::Outside)
     }
 
     pub fn is_excluded(&self, platform: &str, channel: &str) -> bool {
-        self.read().is_excluded(platform, channel)
+        self.routes.load().excluded.contains(platform, channel)
     }
 
     pub fn platforms(&self) -> Vec<String> {
@@ -431,34 +753,28 @@ impl View {
     /// A platform's assignment, sorted by channel.
     pub fn assignment(&self, platform: &str) -> Vec<(String, String)> {
         let state = self.read();
-        let mut out: Vec<(String, String)> = state
-            .platforms
-            .get(platform)
-            .map(|p| {
-                p.assignee
-                    .iter()
-                    .map(|(c, b)| (c.into_owned(), b.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut out = self.assignment_of(&state, platform);
         out.sort_unstable();
         out
     }
 
     /// (bot, online, load) for every known bot of a platform, sorted by bot.
     pub fn bots(&self, platform: &str) -> Vec<(String, bool, u32)> {
-        let state = self.read();
-        let Some(p) = state.platforms.get(platform) else {
+        let _state = self.read();
+        let routes = self.routes.load();
+        let Some(tables) = routes.platforms.get(platform) else {
             return Vec::new();
         };
-        let mut out: Vec<(String, bool, u32)> = p
+        let mut out: Vec<(String, bool, u32)> = tables
             .bots
+            .all
             .iter()
-            .map(|(b, &online)| {
+            .filter(|b| b.presence() != Presence::Outside)
+            .map(|b| {
                 (
-                    b.to_string(),
-                    online,
-                    p.loads.get(&**b).copied().unwrap_or(0),
+                    b.name.to_string(),
+                    b.presence() == Presence::Online,
+                    b.load(),
                 )
             })
             .collect();
@@ -580,5 +896,104 @@ mod tests {
             v.bots("onebot"),
             [("1".into(), true, 1), ("2".into(), true, 2)]
         );
+    }
+
+    #[test]
+    fn decisions_read_while_a_writer_holds_the_lock() {
+        let v = View::default();
+        v.set_bot("onebot", "1", true);
+        v.apply("onebot", [("100", Some("1"))]);
+        // A writer in the middle of a start-up's 367k rows holds the lock for a while; a
+        // decision must not wait for it.
+        let writing = v.write();
+        let reader = v.clone();
+        let (done, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let route = reader.route("onebot", "100");
+            done.send((route, reader.is_fleet_bot("onebot", "1")))
+                .unwrap();
+        });
+        let answered = answer.recv_timeout(std::time::Duration::from_secs(10));
+        drop(writing);
+        assert_eq!(answered, Ok((Route::Online("1".into()), true)));
+    }
+
+    /// Readers racing a writer that numbers a new bot for every change, grows the channel
+    /// table and forgets bots (so that the tables are rebuilt and renumbered) never miss the
+    /// assignee and see only assignees the channel really had, in the order it had them.
+    #[test]
+    fn readers_racing_new_bots_and_renumbering_see_real_assignees_in_order() {
+        const STEPS: usize = 600;
+        let v = View::default();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let v = v.clone();
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    let mut last = None;
+                    while last != Some(STEPS - 1) {
+                        let step = match v.route("onebot", "c") {
+                            Route::Unassigned if last.is_none() => continue,
+                            // The bot's presence is read a moment after the channel's
+                            // assignee: it may be forgotten by then.
+                            Route::Online(bot) | Route::Offline(bot) => {
+                                bot[1..].parse::<usize>().unwrap()
+                            }
+                            other => panic!("after b{last:?}: {other:?}"),
+                        };
+                        assert!(last <= Some(step), "b{step} after b{last:?}");
+                        last = Some(step);
+                        seen += 1;
+                    }
+                    seen
+                })
+            })
+            .collect();
+        for step in 0..STEPS {
+            let bot = format!("b{step}");
+            let channel = format!("x{step}");
+            v.set_bot("onebot", &bot, true);
+            v.apply(
+                "onebot",
+                [("c", Some(bot.as_str())), (&channel, Some(&bot))],
+            );
+            if step > 0 {
+                let before = format!("x{}", step - 1);
+                v.apply("onebot", [(before.as_str(), None)]);
+                v.forget_bot("onebot", &format!("b{}", step - 1));
+            }
+        }
+        for reader in readers {
+            assert!(reader.join().unwrap() > 0);
+        }
+        let routes = v.routes.load();
+        let tables = &routes.platforms["onebot"];
+        assert!(tables.bots.all.len() <= 2 * FORGOTTEN_KEPT + 1);
+        assert!(tables.channels.assignee.len() <= 2 * FORGOTTEN_KEPT + 2);
+        let last = format!("b{}", STEPS - 1);
+        assert_eq!(v.bots("onebot"), [(last.clone(), true, 2)]);
+        let mut assignment = v.assignment("onebot");
+        assignment.sort();
+        assert_eq!(
+            assignment,
+            [
+                ("c".into(), last.clone()),
+                (format!("x{}", STEPS - 1), last)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_forgotten_bot_learnt_again_keeps_its_exact_load() {
+        let v = View::default();
+        v.set_bot("onebot", "1", false);
+        v.apply("onebot", [("a", Some("1")), ("b", Some("1"))]);
+        v.forget_bot("onebot", "1");
+        assert!(!v.is_fleet_bot("onebot", "1") && v.bots("onebot").is_empty());
+        // Still named as the assignee until a plan moves its channels.
+        assert_eq!(v.route("onebot", "a"), Route::Offline("1".into()));
+        v.set_bot("onebot", "1", true);
+        assert_eq!(v.bots("onebot"), [("1".into(), true, 2)]);
+        assert_eq!(v.route("onebot", "a"), Route::Online("1".into()));
     }
 }

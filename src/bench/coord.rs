@@ -7,7 +7,9 @@
 //! * claims/s straight to Redis through the claim code;
 //! * raw `SET NX EX` throughput of the same client type on the same Redis, in the same run,
 //!   as the reference for the ratios; each group of compared operations takes turns, so the
-//!   machine's drift over seconds falls on all of them alike.
+//!   machine's drift over seconds falls on all of them alike;
+//! * then the federate pool's decisions and claims (`super::federate`), and in-process the
+//!   view's look-ups while the engine commits a plan (`super::view`).
 //!
 //! Beside each throughput, the CPU time one operation cost each process taking part (this
 //! benchmark's clients, the service, redis-server): clients, server and Redis share the
@@ -239,6 +241,7 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         2.0 * claimed.per_s,
         claimed.latency()
     );
+    tokio::task::spawn_blocking(super::view::report).await?;
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -21,6 +21,7 @@ mod fleets;
 mod onebot;
 mod planio;
 mod takeover;
+mod view;
 
 use std::time::{Duration, Instant};
 
