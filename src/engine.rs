@@ -560,9 +560,11 @@ impl Engine {
             let (bots, channels) = p.compact(|bot| expired.contains(bot));
             for bot in &bots {
                 self.offline_since.remove(&(name.clone(), bot.clone()));
-                self.outputs.view.forget_bot(&name, bot);
                 self.outputs.presence.forget(&name, bot);
             }
+            self.outputs
+                .view
+                .forget_bots(&name, bots.iter().map(String::as_str));
             if !bots.is_empty() || channels > 0 {
                 info!(
                     "platform {name}: forgot {channels} channel(s) nobody is in and {} bot(s) \

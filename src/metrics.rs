@@ -414,7 +414,7 @@ mod tests {
         );
         assert!(text.contains("auto_assign_leader_term 3\n"), "{text}");
         // A forgotten bot's series go away.
-        view.forget_bot("onebot", "1001");
+        view.forget_bots("onebot", ["1001"]);
         view.apply("onebot", [("100", None), ("200", None)]);
         let text = render(&view);
         assert!(!text.contains("bot=\"1001\""), "{text}");

@@ -6,12 +6,13 @@
 //! That question is asked about every group message by every bot, also while the engine
 //! writes a start-up's 367k assignments, so what it reads takes no lock: [`Routes`], tables
 //! published through an `ArcSwap` and immutable but for atomics (a channel's assignee, as the
-//! bot's number; a bot's presence and load). A change that touches only channels and bots the
-//! tables have (a plan's moves, a bot going on- or offline) is stored into those atomics in
-//! place; one that brings new keys (a first plan, a bot never seen) builds a grown copy and
-//! publishes it, and a reader keeps the tables it loaded. The writers are serialised by the
-//! lock on [`State`]; the readers of a whole assignment (the API's listings, the stream's
-//! snapshot) take it too, so they never see a change half made.
+//! bot's number; a bot's presence and load; the bot table's free room). A change that touches
+//! only channels and bots the tables have (a plan's moves, a bot going on- or offline) is
+//! stored into those atomics in place, and so is a new bot while its table has room; new
+//! channels (a first plan) and a full bot table go into a grown copy, published once, and a
+//! reader keeps the tables it loaded. The writers are serialised by the lock on [`State`];
+//! the readers of a whole assignment (the API's listings, the stream's snapshot) take it too,
+//! so they never see a change half made.
 //!
 //! A bot's number is published (in its platform's bot table) before any channel is stored
 //! with it. So a reader that finds a number its tables do not have loaded them before that
@@ -22,12 +23,13 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use parking_lot::RwLock;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use tokio::sync::broadcast;
 
 use crate::model::{canonical_number, split_key};
@@ -155,12 +157,19 @@ struct Channels {
     assignee: Vec<AtomicU32>,
 }
 
-/// The bots a platform's channels or fleet name, numbered.
+/// The bots a platform's channels or fleet name, numbered: a table that only grows, has one
+/// writer, and is read without a lock. The writer fills a bot's entry and then an index slot
+/// that points to it, so a reader that finds a number (here or in a channel table) finds the
+/// entry filled. Half full, it is copied into one twice the size, which is published: a new bot
+/// costs O(1) amortised (a copy per new bot made 20,000 bots joining one by one take 4.3 s).
 #[derive(Default)]
 struct Bots {
-    numbers: FxHashMap<Arc<str>, u32>,
-    /// Number → bot.
-    all: Vec<Bot>,
+    /// Open addressing by the name's hash, probed linearly: a bot's number plus one; 0 empty.
+    index: Box<[AtomicU32]>,
+    /// Number → bot; the first `len` are filled, in order.
+    entries: Box<[OnceLock<Bot>]>,
+    /// The writer's count of filled entries.
+    len: AtomicU32,
 }
 
 struct Bot {
@@ -303,7 +312,7 @@ impl Routes {
         };
         match tables.channels.get(channel) {
             None => Ok(None),
-            Some(n) => tables.bots.all.get(n as usize).map(Some).ok_or(Stale),
+            Some(n) => tables.bots.entry(n).map(Some).ok_or(Stale),
         }
     }
 
@@ -316,11 +325,12 @@ impl Tables {
     /// These tables without the bots that are unused (outside the fleet, assigned nothing),
     /// renumbered, and without the channels that are unassigned.
     fn compacted(&self) -> Tables {
-        let mut renumbered = vec![0; self.bots.all.len()];
-        let mut bots = Bots::default();
-        for (bot, new) in self.bots.all.iter().zip(&mut renumbered) {
+        let live: Vec<&Bot> = self.bots.iter().filter(|b| !b.unused()).collect();
+        let bots = Bots::with_capacity(live.len());
+        let mut renumbered = vec![0; self.bots.len()];
+        for (bot, new) in self.bots.iter().zip(&mut renumbered) {
             if !bot.unused() {
-                *new = bots.push(bot.copy());
+                *new = bots.push(bot.copy()).expect("room for the live bots");
             }
         }
         let channels = self.channels.copy(0, |n| renumbered[n as usize]);
@@ -389,24 +399,86 @@ impl Channels {
 }
 
 impl Bots {
-    fn get(&self, name: &str) -> Option<&Bot> {
-        self.all.get(*self.numbers.get(name)? as usize)
-    }
-
-    /// A copy to add bots to and then publish.
-    fn copy(&self) -> Bots {
+    /// Room for `bots` before a copy is needed.
+    fn with_capacity(bots: usize) -> Bots {
+        let bots = bots.max(8);
         Bots {
-            numbers: self.numbers.clone(),
-            all: self.all.iter().map(Bot::copy).collect(),
+            index: (0..2 * bots.next_power_of_two())
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            entries: (0..bots.next_power_of_two())
+                .map(|_| OnceLock::new())
+                .collect(),
+            len: AtomicU32::new(0),
         }
     }
 
-    /// Numbers a new bot.
-    fn push(&mut self, bot: Bot) -> u32 {
-        let number = u32::try_from(self.all.len()).expect("under 2^32 bots");
-        self.numbers.insert(bot.name.clone(), number);
-        self.all.push(bot);
-        number
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed) as usize
+    }
+
+    /// The filled entries, by number.
+    fn iter(&self) -> impl Iterator<Item = &Bot> {
+        self.entries.iter().map_while(OnceLock::get)
+    }
+
+    fn entry(&self, number: u32) -> Option<&Bot> {
+        self.entries.get(number as usize)?.get()
+    }
+
+    /// The index slots to probe for `name`, in order.
+    fn probe(&self, name: &str) -> impl Iterator<Item = &AtomicU32> {
+        let start = FxBuildHasher.hash_one(name) as usize;
+        let mask = self.index.len().wrapping_sub(1);
+        (0..self.index.len()).map(move |i| &self.index[(start + i) & mask])
+    }
+
+    fn number(&self, name: &str) -> Option<u32> {
+        for slot in self.probe(name) {
+            let number = decode(slot.load(Ordering::Acquire))?;
+            if self.entry(number).is_some_and(|b| *b.name == *name) {
+                return Some(number);
+            }
+        }
+        None
+    }
+
+    fn get(&self, name: &str) -> Option<&Bot> {
+        self.entry(self.number(name)?)
+    }
+
+    /// The bot of a number this table gave (a writer's, or a reader's under the state lock).
+    fn numbered(&self, number: u32) -> &Bot {
+        self.entry(number).expect("a number this table gave")
+    }
+
+    /// Numbers a new bot in place (the writer's), or `None` when the table is half full.
+    fn push(&self, bot: Bot) -> Option<u32> {
+        let number = self.len.load(Ordering::Relaxed);
+        if 2 * (number as usize + 1) > self.index.len() {
+            return None;
+        }
+        let slot = self
+            .probe(&bot.name)
+            .find(|slot| slot.load(Ordering::Relaxed) == 0)
+            .expect("an empty slot in a table at most half full");
+        self.entries[number as usize]
+            .set(bot)
+            .unwrap_or_else(|_| unreachable!("entry {number} filled twice"));
+        self.len.store(number + 1, Ordering::Relaxed);
+        slot.store(encode(Some(number)), Ordering::Release);
+        Some(number)
+    }
+
+    /// A copy twice the size, to publish.
+    fn grown(&self) -> Bots {
+        let grown = Bots::with_capacity(2 * self.len());
+        for bot in self.iter() {
+            grown
+                .push(bot.copy())
+                .expect("room in a table twice the size");
+        }
+        grown
     }
 }
 
@@ -486,11 +558,14 @@ impl View {
 
     /// `bot`'s number, given (and published) if it has none.
     fn number(&self, platform: &str, tables: &mut Tables, bot: &str) -> u32 {
-        if let Some(&number) = tables.bots.numbers.get(bot) {
+        if let Some(number) = tables.bots.number(bot) {
             return number;
         }
-        let mut bots = tables.bots.copy();
-        let number = bots.push(Bot::new(bot));
+        if let Some(number) = tables.bots.push(Bot::new(bot)) {
+            return number;
+        }
+        let bots = tables.bots.grown();
+        let number = bots.push(Bot::new(bot)).expect("room in a grown table");
         tables.bots = Arc::new(bots);
         self.publish_tables(platform, tables);
         number
@@ -546,15 +621,12 @@ impl View {
             if old == new {
                 continue;
             }
+            let bots = &tables.bots;
             if let Some(old) = old {
-                tables.bots.all[old as usize]
-                    .load
-                    .fetch_sub(1, Ordering::Relaxed);
+                bots.numbered(old).load.fetch_sub(1, Ordering::Relaxed);
             }
             if let Some(new) = new {
-                tables.bots.all[new as usize]
-                    .load
-                    .fetch_add(1, Ordering::Relaxed);
+                bots.numbered(new).load.fetch_add(1, Ordering::Relaxed);
             }
             changed = true;
             if followed {
@@ -617,7 +689,7 @@ impl View {
         tables
             .channels
             .assigned()
-            .map(|(c, n)| (c.into_owned(), tables.bots.all[n as usize].name.to_string()))
+            .map(|(c, n)| (c.into_owned(), tables.bots.numbered(n).name.to_string()))
             .collect()
     }
 
@@ -645,7 +717,7 @@ impl View {
         } else {
             Presence::Offline
         };
-        tables.bots.all[number as usize].set_presence(presence);
+        tables.bots.numbered(number).set_presence(presence);
     }
 
     pub fn set_last_run(&self, run: RunSummary) {
@@ -666,18 +738,20 @@ impl View {
         state.platforms.get(platform).cloned().unwrap_or_default()
     }
 
-    /// Forgets a bot (gone for long); it should hold no channel.
-    pub fn forget_bot(&self, platform: &str, bot: &str) {
+    /// Forgets bots (gone for long); they should hold no channel.
+    pub fn forget_bots<'a>(&self, platform: &str, bots: impl IntoIterator<Item = &'a str>) {
         let _state = self.write();
         let routes = self.routes.load();
         let Some(tables) = routes.platforms.get(platform) else {
             return;
         };
-        if let Some(bot) = tables.bots.get(bot) {
-            bot.set_presence(Presence::Outside);
+        for bot in bots {
+            if let Some(bot) = tables.bots.get(bot) {
+                bot.set_presence(Presence::Outside);
+            }
         }
-        let unused = tables.bots.all.iter().filter(|b| b.unused()).count();
-        if unused > FORGOTTEN_KEPT.max(tables.bots.all.len() - unused) {
+        let unused = tables.bots.iter().filter(|b| b.unused()).count();
+        if unused > FORGOTTEN_KEPT.max(tables.bots.len() - unused) {
             let compacted = tables.compacted();
             self.publish_tables(platform, &compacted);
         }
@@ -767,7 +841,6 @@ impl View {
         };
         let mut out: Vec<(String, bool, u32)> = tables
             .bots
-            .all
             .iter()
             .filter(|b| b.presence() != Presence::Outside)
             .map(|b| {
@@ -931,7 +1004,9 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut seen = 0;
                     let mut last = None;
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
                     while last != Some(STEPS - 1) {
+                        assert!(std::time::Instant::now() < deadline, "b{last:?} last seen");
                         let step = match v.route("onebot", "c") {
                             Route::Unassigned if last.is_none() => continue,
                             // The bot's presence is read a moment after the channel's
@@ -960,7 +1035,7 @@ mod tests {
             if step > 0 {
                 let before = format!("x{}", step - 1);
                 v.apply("onebot", [(before.as_str(), None)]);
-                v.forget_bot("onebot", &format!("b{}", step - 1));
+                v.forget_bots("onebot", [format!("b{}", step - 1).as_str()]);
             }
         }
         for reader in readers {
@@ -968,7 +1043,7 @@ mod tests {
         }
         let routes = v.routes.load();
         let tables = &routes.platforms["onebot"];
-        assert!(tables.bots.all.len() <= 2 * FORGOTTEN_KEPT + 1);
+        assert!(tables.bots.len() <= 2 * FORGOTTEN_KEPT + 1);
         assert!(tables.channels.assignee.len() <= 2 * FORGOTTEN_KEPT + 2);
         let last = format!("b{}", STEPS - 1);
         assert_eq!(v.bots("onebot"), [(last.clone(), true, 2)]);
@@ -988,12 +1063,55 @@ mod tests {
         let v = View::default();
         v.set_bot("onebot", "1", false);
         v.apply("onebot", [("a", Some("1")), ("b", Some("1"))]);
-        v.forget_bot("onebot", "1");
+        v.forget_bots("onebot", ["1"]);
         assert!(!v.is_fleet_bot("onebot", "1") && v.bots("onebot").is_empty());
         // Still named as the assignee until a plan moves its channels.
         assert_eq!(v.route("onebot", "a"), Route::Offline("1".into()));
         v.set_bot("onebot", "1", true);
         assert_eq!(v.bots("onebot"), [("1".into(), true, 2)]);
         assert_eq!(v.route("onebot", "a"), Route::Online("1".into()));
+    }
+
+    /// The bot table grows in place and by copies while it is read: a reader that has seen a
+    /// bot sees it ever after, and every bot the writer added before it.
+    #[test]
+    fn bots_added_while_read_stay_found() {
+        const BOTS: usize = 3000;
+        let v = View::default();
+        let name = |k: usize| format!("{}", 2_000_000_000 + k);
+        let reader = {
+            let v = v.clone();
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                for k in 0..BOTS {
+                    while !v.is_fleet_bot("onebot", &name(k)) {
+                        assert!(std::time::Instant::now() < deadline, "{k} never found");
+                        std::hint::spin_loop();
+                    }
+                    for j in [0, k / 3, k / 2, k.saturating_sub(1)] {
+                        assert!(v.is_fleet_bot("onebot", &name(j)), "{j} lost after {k}");
+                    }
+                    assert!(!v.is_online("onebot", &name(k)) || k % 2 == 0);
+                }
+            })
+        };
+        for k in 0..BOTS {
+            v.set_bot("onebot", &name(k), k % 2 == 0);
+        }
+        reader.join().unwrap();
+        let routes = v.routes.load();
+        let bots = &routes.platforms["onebot"].bots;
+        assert_eq!(bots.len(), BOTS);
+        for k in 0..BOTS {
+            assert_eq!(bots.number(&name(k)), Some(k as u32));
+        }
+        assert_eq!(bots.number("1"), None);
+        assert_eq!(
+            v.bots("onebot")
+                .iter()
+                .filter(|(_, online, _)| *online)
+                .count(),
+            BOTS / 2
+        );
     }
 }
