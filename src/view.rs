@@ -325,8 +325,8 @@ impl Tables {
     /// These tables without the bots that are unused (outside the fleet, assigned nothing),
     /// renumbered, and without the channels that are unassigned.
     fn compacted(&self) -> Tables {
-        let live: Vec<&Bot> = self.bots.iter().filter(|b| !b.unused()).collect();
-        let bots = Bots::with_capacity(live.len());
+        let live = self.bots.iter().filter(|b| !b.unused()).count();
+        let bots = Bots::with_capacity(live);
         let mut renumbered = vec![0; self.bots.len()];
         for (bot, new) in self.bots.iter().zip(&mut renumbered) {
             if !bot.unused() {
