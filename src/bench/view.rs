@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use super::coord::Rate;
-use crate::view::View;
+use crate::view::{Route, View};
 
 const BOTS: usize = 200;
 /// A start-up's first plan in `bench --onebot`.
@@ -16,7 +16,7 @@ const CHANNELS: usize = 367_649;
 /// Between the starts of two commits.
 const COMMIT_EVERY: Duration = Duration::from_millis(250);
 const DURATION: Duration = Duration::from_secs(3);
-/// Decisions due per second: about what `--coord` serves over HTTP.
+/// Between two decisions due: 100k a second, about what `--coord` serves over HTTP.
 const PACE: Duration = Duration::from_micros(10);
 
 /// The decisions' latency and rate, the longest wait among them, and the median commit.
@@ -92,7 +92,9 @@ fn decisions_while_committing() -> Figures {
             let fleet = view.is_fleet_bot("onebot", sender);
             let mut group = itoa::Buffer::new();
             let route = view.route("onebot", group.format(100_000 + (n * 7919) % CHANNELS));
-            std::hint::black_box((fleet, route));
+            // Every group is assigned to an online bot, before, during and after a commit;
+            // no sender is a fleet bot.
+            assert!(matches!(route, Route::Online(_)) && !fleet, "{route:?}");
             let waited = due.elapsed();
             longest = longest.max(waited);
             latencies.push(waited.as_nanos() as u64);
