@@ -82,7 +82,7 @@ fn decisions_while_committing() -> Figures {
         let mut longest = Duration::ZERO;
         let started = Instant::now();
         let mut due = started;
-        let mut id = itoa::Buffer::new();
+        let (mut id, mut group) = (itoa::Buffer::new(), itoa::Buffer::new());
         let mut n = 0usize;
         while due - started < DURATION {
             while Instant::now() < due {
@@ -90,7 +90,6 @@ fn decisions_while_committing() -> Figures {
             }
             let sender = id.format(900_000 + n % 1000);
             let fleet = view.is_fleet_bot("onebot", sender);
-            let mut group = itoa::Buffer::new();
             let route = view.route("onebot", group.format(100_000 + (n * 7919) % CHANNELS));
             // Every group is assigned to an online bot, before, during and after a commit;
             // no sender is a fleet bot.
