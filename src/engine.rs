@@ -562,9 +562,13 @@ impl Engine {
                 self.offline_since.remove(&(name.clone(), bot.clone()));
                 self.outputs.presence.forget(&name, bot);
             }
-            self.outputs
-                .view
-                .forget_bots(&name, bots.iter().map(String::as_str));
+            // Forgotten channels hold no bot, so the view changes only when bots were forgotten
+            // (telling it takes its write lock and a pass over its bots).
+            if !bots.is_empty() {
+                self.outputs
+                    .view
+                    .forget_bots(&name, bots.iter().map(String::as_str));
+            }
             if !bots.is_empty() || channels > 0 {
                 info!(
                     "platform {name}: forgot {channels} channel(s) nobody is in and {} bot(s) \
