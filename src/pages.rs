@@ -19,8 +19,9 @@
 //! pages already in use stay as they are. Where it declines (huge pages `never`, no contiguous
 //! memory free) the arrays are ordinary ones and work the same.
 //!
-//! The advice is the crate's one `unsafe` block: rustix marks `madvise` unsafe for the advice
-//! that discards memory (`MADV_DONTNEED` and the like), which this never gives.
+//! The advice is the library's one `unsafe` block (the binary has one more, `plan`'s
+//! `mallopt`): rustix marks `madvise` unsafe for the advice that discards memory
+//! (`MADV_DONTNEED` and the like), which this never gives.
 
 use zerocopy::FromZeros;
 

@@ -3,9 +3,9 @@
 //! of 1,000,000 channels / 2,000 bots / 2.85M memberships with a previous assignee for every
 //! channel. `--baseline BIN` runs another build on the same file, side by side.
 //!
-//! Each child runs under GNU time (`/usr/bin/time`, when installed) for its wall clock, CPU time
-//! and peak RSS from the kernel, the same for every build; without it, this build's own report
-//! (its `plan: ...` lines) gives them. The ratios compare CPU time, which other work on a
+//! Each child runs under GNU time (`/usr/bin/time`, when installed) for its wall clock, CPU time,
+//! peak RSS and page faults from the kernel, the same for every build; without it, this build's
+//! own report (its `plan: ...` lines) gives all but the faults. The ratios compare CPU time, which other work on a
 //! shared machine stretches less than the wall clock.
 
 use std::io::{BufWriter, Write};
@@ -70,12 +70,14 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>, ortools: &Path) -> anyh
             let run = run_plan(bin, strategy, &input, &output(dir, i))
                 .with_context(|| format!("{label} {}", bin.display()))?;
             println!(
-                "  {strategy:<8} {label:<10} wall {:>6.0} ms, CPU {:>6}, peak RSS {:>7}",
+                "  {strategy:<8} {label:<10} wall {:>6.0} ms, CPU {:>6}, peak RSS {:>7}, page faults {:>6}",
                 run.wall.as_secs_f64() * 1e3,
                 run.cpu
                     .map_or_else(|| "n/a".to_owned(), |c| format!("{:.0} ms", c * 1e3)),
                 run.peak_mb
-                    .map_or_else(|| "n/a".to_owned(), |m| format!("{m:.0} MB"))
+                    .map_or_else(|| "n/a".to_owned(), |m| format!("{m:.0} MB")),
+                run.faults
+                    .map_or_else(|| "n/a".to_owned(), |f| format!("{:.0}k", f / 1e3))
             );
             for phase in &run.phases {
                 println!("      {phase}");
@@ -219,6 +221,8 @@ struct Run {
     /// Seconds of CPU, user and system.
     cpu: Option<f64>,
     peak_mb: Option<f64>,
+    /// Minor page faults: pages first touched (GNU time only).
+    faults: Option<f64>,
     /// The child's progress lines (`plan: ...`).
     phases: Vec<String>,
 }
@@ -229,7 +233,7 @@ fn run_plan(bin: &Path, strategy: &str, input: &Path, output: &Path) -> anyhow::
     let timed = Path::new(GNU_TIME).exists();
     let mut command = if timed {
         let mut c = Command::new(GNU_TIME);
-        c.args(["-f", "rusage %U %S %M"]).arg(bin);
+        c.args(["-f", "rusage %U %S %M %R"]).arg(bin);
         c
     } else {
         Command::new(bin)
@@ -251,7 +255,7 @@ fn run_plan(bin: &Path, strategy: &str, input: &Path, output: &Path) -> anyhow::
         .filter(|l| l.starts_with("plan: "))
         .map(str::to_owned)
         .collect();
-    // GNU time's line: user and system seconds, peak RSS in kB.
+    // GNU time's line: user and system seconds, peak RSS in kB, minor page faults.
     let rusage: Option<Vec<f64>> = stderr
         .lines()
         .rev()
@@ -264,14 +268,15 @@ fn run_plan(bin: &Path, strategy: &str, input: &Path, output: &Path) -> anyhow::
             rest.split_whitespace().next()?.parse::<f64>().ok()
         })
     };
-    let (cpu, peak_mb) = match rusage.as_deref() {
-        Some(&[user, system, kb]) => (Some(user + system), Some(kb / 1024.0)),
-        _ => (reported("CPU "), reported("peak RSS ")),
+    let (cpu, peak_mb, faults) = match rusage.as_deref() {
+        Some(&[user, system, kb, faults]) => (Some(user + system), Some(kb / 1024.0), Some(faults)),
+        _ => (reported("CPU "), reported("peak RSS "), None),
     };
     Ok(Run {
         wall,
         cpu,
         peak_mb,
+        faults,
         phases,
     })
 }
