@@ -381,7 +381,7 @@ fn run_plan(
 /// pages, a fault and a cleared page each 4 KiB (or a huge page the kernel must find), and
 /// on a VM whose host has taken memory back, first touches run at a fraction of their usual
 /// speed. From one heap that is never trimmed, they reuse the pages just freed: on the
-/// million-channel snapshot 69k page faults against 90k, the planning phase 0.22–0.25 s in
+/// million-channel snapshot 71k page faults against 90k, the planning phase 0.22–0.27 s in
 /// every run against 0.24–0.53 s (docs/performance.md, `--plan-io`). Only `plan` does this:
 /// it is one process that ends when the plan is written, so the kernel gets the memory back
 /// then; the service runs for months and gives it back as it goes.

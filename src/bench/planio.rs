@@ -5,8 +5,8 @@
 //!
 //! Each child runs under GNU time (`/usr/bin/time`, when installed) for its wall clock, CPU time,
 //! peak RSS and page faults from the kernel, the same for every build; without it, this build's
-//! own report (its `plan: ...` lines) gives all but the faults. The ratios compare CPU time, which other work on a
-//! shared machine stretches less than the wall clock.
+//! own report (its `plan: ...` lines) gives all but the faults. The ratios compare CPU time,
+//! which other work on a shared machine stretches less than the wall clock.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
