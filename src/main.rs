@@ -380,7 +380,7 @@ fn run_plan(
 /// a hash table's old arrays each time it grows. So the planner's arrays came from fresh
 /// pages, a fault and a cleared page each 4 KiB (or a huge page the kernel must find), and
 /// on a VM whose host has taken memory back, first touches run at a fraction of their usual
-/// speed. From one heap that is never trimmed, they reuse the pages just freed: on the
+/// speed. From one heap whose top is kept, they reuse the pages just freed: on the
 /// million-channel snapshot 71k page faults against 90k, the planning phase 0.22–0.27 s in
 /// every run against 0.24–0.53 s (docs/performance.md, `--plan-io`). Only `plan` does this:
 /// it is one process that ends when the plan is written, so the kernel gets the memory back
@@ -392,7 +392,8 @@ fn keep_freed_memory() {
     // with 0, and the defaults stay).
     unsafe {
         // No block on its own mapping (a heap that cannot grow still maps more, as glibc
-        // does past a failed `brk`), and the heap's top never trimmed.
+        // does past a failed `brk`), and the heap's top kept up to 2 GiB, the most `mallopt`
+        // takes: more than a plan frees at once.
         libc::mallopt(libc::M_MMAP_MAX, 0);
         libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
     }
