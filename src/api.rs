@@ -750,33 +750,59 @@ async fn delete_reporter(State(api): State<Shared>, Path(name): Path<String>) ->
 
 /// `GET /v1/assignments/stream`: Server-Sent Events. First `snapshot` (every platform's
 /// assignment at `version`), then one `changes` per update with the next version (`null`:
-/// unassigned). A client that sees a version other than the last + 1 reconnects; a client
-/// too slow to keep up is cut off and does the same. The stream ends when the service stops.
+/// unassigned), and a `presence` event (`{platform, bot, online}`, no version) whenever a bot
+/// goes online or offline. A client that sees a version other than the last + 1 reconnects; a
+/// client too slow to keep up with the changes is cut off and does the same (a missed presence
+/// event is not worth a resync: the next `GET /v1/bots` tells). The stream ends when the
+/// service stops.
 async fn stream(State(api): State<Shared>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures_util::StreamExt as _;
+    use tokio::sync::broadcast::error::RecvError;
 
+    let presences = api.view.subscribe_presence();
     let (version, assignments, updates) = api.view.subscribe();
     let snapshot = Event::default()
         .event("snapshot")
         .json_data(json!({ "version": version, "assignments": assignments }));
-    // Lagged (the client missed updates) or closed: the stream ends and the client resyncs.
-    let changes = futures_util::stream::unfold(updates, |mut updates| async move {
-        let u = updates.recv().await.ok()?;
+    let changes = |u: Arc<crate::view::Update>| {
         let changes: serde_json::Map<String, Value> = u
             .changes
             .iter()
             .map(|(c, b)| (c.clone(), json!(b)))
             .collect();
-        let event = Event::default().event("changes").json_data(json!({
+        Event::default().event("changes").json_data(json!({
             "version": u.version,
             "platform": u.platform,
             "assignments": changes,
-        }));
-        Some((event, updates))
-    });
+        }))
+    };
+    let presence = |p: &crate::view::BotPresence| {
+        Event::default().event("presence").json_data(json!({
+            "platform": p.platform,
+            "bot": p.bot,
+            "online": p.online,
+        }))
+    };
+    // Lagged (the client missed updates) or closed: the stream ends and the client resyncs.
+    let rest = futures_util::stream::unfold(
+        (updates, presences),
+        move |(mut updates, mut presences)| async move {
+            loop {
+                let event = tokio::select! {
+                    u = updates.recv() => changes(u.ok()?),
+                    p = presences.recv() => match p {
+                        Ok(p) => presence(&p),
+                        Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => return None,
+                    },
+                };
+                return Some((event, (updates, presences)));
+            }
+        },
+    );
     let events = futures_util::stream::once(async move { snapshot })
-        .chain(changes)
+        .chain(rest)
         .take_until(api.shutdown.clone().cancelled_owned());
     Sse::new(events)
         .keep_alive(KeepAlive::default())

@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::api;
+use crate::balance::provisional::Provisional;
 use crate::balance::{Rules, Strategy};
 use crate::leader;
 use crate::outputs::redis;
@@ -40,6 +41,8 @@ pub struct Config {
     pub rules: Rules,
     pub strategy: Strategy,
     pub delays: TriggerDelays,
+    /// Whether channels left without a valid bot get one at once, or with the rebalance.
+    pub provisional: Provisional,
     /// A bot offline for longer than this is forgotten (index, API, presence).
     pub forget_bots_after: Duration,
     pub database: store::Settings,
@@ -109,6 +112,8 @@ struct Raw {
     strategy: Strategy,
     #[serde(default)]
     trigger_delays: TriggerDelays,
+    #[serde(default)]
+    provisional: Provisional,
     #[serde(default = "default_forget")]
     forget_bots_after: Seconds<0>,
     #[serde(default)]
@@ -213,6 +218,7 @@ impl Config {
             },
             strategy: raw.strategy,
             delays: raw.trigger_delays,
+            provisional: raw.provisional,
             forget_bots_after: raw.forget_bots_after.get(),
             database: raw.database,
             sources: raw.sources,

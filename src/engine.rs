@@ -6,6 +6,11 @@
 //! that arrive during a run wait in their channels and form the next run. A commit that fails
 //! (database down) is kept and retried by the writer, merged with later plans, so nothing is
 //! lost; planning never waits for the database.
+//!
+//! Only *voluntary* moves wait for the trigger delays. A channel left without a valid bot (its
+//! assignee went offline or left) or given its first valid bot is assigned provisionally after
+//! each batch of events and committed at once ([`crate::balance::provisional`]): the delays
+//! coalesce bursts into one balanced plan, they must not silence a group meanwhile.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,11 +22,12 @@ use tracing::{debug, error, info, warn};
 
 use std::sync::Arc;
 
+use crate::balance::provisional::{self, Provisional, Stored};
 use crate::balance::{Plan, Planner};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::explain::{Explanation, explain};
-use crate::index::FleetIndex;
+use crate::index::{ChanIx, FleetIndex};
 use crate::leader::Duty;
 use crate::metrics::Metrics;
 use crate::outputs::follower::Follower;
@@ -103,7 +109,19 @@ pub struct Engine {
     /// A follower keeps the index current and mirrors the leader's publication; it plans
     /// nothing.
     duty: Duty,
+    /// Channels the last events may have left without a valid bot, per platform: given one by
+    /// [`Engine::assign_provisionally`] once the events queued so far are applied.
+    unattended: HashMap<String, Vec<ChanIx>>,
+    /// Moves made at once since the last rebalance, per platform: its history record counts
+    /// them with its own forced moves, so the history still holds every move.
+    provisional_moves: HashMap<String, usize>,
+    /// Bots a source has reported (online or offline) since the start: before the sources
+    /// have all reported, only the stored assignees of the others are held.
+    reported: std::collections::HashSet<(String, String)>,
 }
+
+/// Fleet events applied in a row, at most, before the engine looks at its other inputs.
+const BURST: usize = 256;
 
 /// Below this many, channels nobody is in cost too little to be worth a rebuild of the index.
 const FORGET_CHANNELS_AT: usize = 1024;
@@ -138,6 +156,9 @@ impl Engine {
             runs: 0,
             offline_since: HashMap::new(),
             merge: Merge::default(),
+            unattended: HashMap::new(),
+            provisional_moves: HashMap::new(),
+            reported: std::collections::HashSet::new(),
         }
     }
 
@@ -171,6 +192,9 @@ impl Engine {
                 channels,
                 origin,
             } => {
+                if !self.ready {
+                    self.reported.insert((platform.clone(), bot.clone()));
+                }
                 self.offline_since.remove(&(platform.clone(), bot.clone()));
                 self.index.bot_reported(platform, bot, channels);
                 info!(
@@ -188,6 +212,9 @@ impl Engine {
                 reason,
                 origin,
             } => {
+                if !self.ready {
+                    self.reported.insert((platform.clone(), bot.clone()));
+                }
                 self.offline_since
                     .entry((platform.clone(), bot.clone()))
                     .or_insert_with(Instant::now);
@@ -231,7 +258,127 @@ impl Engine {
         };
         self.reflect(&event);
         if let Some(cause) = cause.filter(|_| enabled) {
+            if self.config.provisional == Provisional::Immediate {
+                self.note_unattended(&event);
+            }
             self.request(cause);
+        }
+    }
+
+    /// Notes the channels an event may have left without a valid bot: a bot's channels when
+    /// it comes (those with no bot, or a bot that is gone) or goes (those it was assigned),
+    /// and the channel a bot joined or left. O(degree), like the event itself.
+    fn note_unattended(&mut self, event: &FleetEvent) {
+        let Some(p) = self.index.platform(event.platform()) else {
+            return;
+        };
+        let mut noted = Vec::new();
+        match event {
+            FleetEvent::BotOnline { bot, .. } => {
+                if let Some(b) = p.find_bot(bot) {
+                    noted.extend_from_slice(p.channels_of(b));
+                }
+            }
+            FleetEvent::BotOffline { bot, .. } => {
+                if let Some(b) = p.find_bot(bot) {
+                    let assigned = p.channels_of(b).iter().copied();
+                    noted.extend(assigned.filter(|&c| p.assignee(c) == Some(b)));
+                }
+            }
+            FleetEvent::ChannelJoined { channel, .. } | FleetEvent::ChannelLeft { channel, .. } => {
+                noted.extend(p.find_channel(channel));
+            }
+        }
+        if !noted.is_empty() {
+            self.unattended
+                .entry(event.platform().to_owned())
+                .or_default()
+                .extend(noted);
+        }
+    }
+
+    /// Gives every channel noted since the last call that still lacks a valid bot its
+    /// provisional one, and commits and publishes it at once; the debounced rebalance that
+    /// the same events asked for improves the balance later, counting its moves from here.
+    /// Before the sources have reported, stored assignees are held (their bots may not have
+    /// reported yet): only channels that have no assignee at all are assigned.
+    fn assign_provisionally(&mut self) {
+        if self.unattended.is_empty() {
+            return;
+        }
+        let unattended = std::mem::take(&mut self.unattended);
+        if self.duty.writing_term().is_none() {
+            return;
+        }
+        let mut batch = Batch::default();
+        let mut published = Vec::new();
+        for (platform, mut channels) in unattended {
+            if self.index.platform(&platform).is_none()
+                || !self.config.rules.platform_enabled(&platform)
+            {
+                continue;
+            }
+            let p = self.index.platform_mut(&platform);
+            let resolved = self.config.rules.resolve(p);
+            let reported: Vec<bool> = if self.ready {
+                Vec::new()
+            } else {
+                (0..p.bot_count() as u32)
+                    .map(|b| {
+                        self.reported
+                            .contains(&(platform.clone(), p.bot_id(b).to_owned()))
+                    })
+                    .collect()
+            };
+            let stored = if self.ready {
+                Stored::Replace
+            } else {
+                Stored::Hold {
+                    reported: &reported,
+                }
+            };
+            let done = provisional::assign(p, &resolved, &mut channels, stored);
+            if done.changes.is_empty() {
+                continue;
+            }
+            let p = &*p;
+            let rows = || {
+                done.changes
+                    .iter()
+                    .map(|&(c, b)| (p.channel_id(c), Some(p.bot_id(b))))
+            };
+            self.outputs.view.apply(&platform, rows());
+            let shared: Arc<str> = Arc::from(platform.as_str());
+            batch
+                .writes
+                .extend(rows().map(|(channel, bot)| ChannelWrite {
+                    platform: shared.clone(),
+                    channel: Arc::from(channel),
+                    assignee: Arc::from(bot.unwrap_or_default()),
+                }));
+            if self.outputs.publisher.is_some() {
+                published.extend(rows().map(|(channel, bot)| {
+                    (platform.clone(), channel.to_owned(), bot.map(str::to_owned))
+                }));
+            }
+            *self.provisional_moves.entry(platform.clone()).or_default() += done.forced;
+            let metrics = &self.outputs.metrics.provisional;
+            for (kind, n) in [("forced", done.forced), ("first", done.first)] {
+                metrics
+                    .with_label_values(&[platform.as_str(), kind])
+                    .inc_by(n as u64);
+            }
+            info!(
+                "platform {platform}: {} channel(s) given a bot at once ({} whose bot is gone, \
+                 {} that had none); the rebalance follows",
+                done.changes.len(),
+                done.forced,
+                done.first
+            );
+        }
+        self.writer.submit(batch);
+        if let Some(publisher) = &self.outputs.publisher {
+            publisher.publish(published);
         }
     }
 
@@ -288,6 +435,9 @@ impl Engine {
     ) -> Unwritten {
         self.reschedule(&control_tx).await;
         loop {
+            // Every event already applied has been looked at: channels it left without a bot
+            // get one now, whatever the triggers say.
+            self.assign_provisionally();
             // A follower's triggers wait: they run if it takes over.
             let due = self
                 .triggers
@@ -306,7 +456,15 @@ impl Engine {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                Some((source, event)) = fleet.recv() => self.report(source, event),
+                Some((source, event)) = fleet.recv() => {
+                    self.report(source, event);
+                    // The events already queued join this batch: one provisional pass and one
+                    // commit for a burst (a restarted NapCat's bots, a fleet file's edit).
+                    for _ in 0..BURST {
+                        let Ok((source, event)) = fleet.try_recv() else { break };
+                        self.report(source, event);
+                    }
+                }
                 Some(msg) = control.recv() => self.control(msg, &control_tx).await,
                 _ = due_run, if due.is_some() => self.rebalance().await,
                 _ = sleep_until(periodic.unwrap_or_else(far_future)), if periodic.is_some() => {
@@ -327,6 +485,7 @@ impl Engine {
             Control::Ready => {
                 if !self.ready {
                     self.ready = true;
+                    self.reported = Default::default();
                     self.request(Cause::Startup);
                 }
             }
@@ -488,6 +647,7 @@ impl Engine {
         // start-up's 367k rows was 18 MB of fresh memory on the way to the first commit).
         self.writer
             .submit(self.batch(&plan, &causes, started_at_ms, term));
+        let provisional: usize = self.provisional_moves.drain().map(|(_, n)| n).sum();
         let mut published = Vec::new();
         for p in &plan.platforms {
             let Some(index) = self.index.platform(&p.platform) else {
@@ -515,7 +675,7 @@ impl Engine {
             number: self.runs,
             causes: causes.to_string(),
             finished_at_ms: self.outputs.clock.unix_ms(),
-            moved_forced: plan.platforms.iter().map(|p| p.forced).sum(),
+            moved_forced: provisional + plan.platforms.iter().map(|p| p.forced).sum::<usize>(),
             moved_voluntary: plan.platforms.iter().map(|p| p.voluntary).sum(),
         });
         self.forget();
@@ -612,11 +772,12 @@ impl Engine {
                     ),
                 }));
             let s = &p.stats;
+            let provisional = self.provisional_moves.get(&p.platform).copied();
             platforms.push(PlatformRecord {
                 platform: p.platform.clone(),
                 channels: p.assigned as i64,
                 unassigned: p.unassigned as i64,
-                forced: p.forced as i64,
+                forced: (p.forced + provisional.unwrap_or(0)) as i64,
                 voluntary: p.voluntary as i64,
                 bots: s.loads.len() as i64,
                 mean: s.mean,

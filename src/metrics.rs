@@ -29,6 +29,7 @@ pub struct Metrics {
     pub rebalance_runs: IntCounterVec,
     pub rebalance_duration: Histogram,
     pub moves: IntCounterVec,
+    pub provisional: IntCounterVec,
     pub store_commit_duration: Histogram,
     pub store_commit_failures: IntCounterVec,
     ingress_decisions: CounterSet<{ 2 * Reason::KINDS.len() }>,
@@ -127,6 +128,12 @@ impl Metrics {
             moves: counter(
                 "moves_total",
                 "Channels given another bot: forced (their bot left) or voluntary (balance)",
+                &["platform", "kind"],
+            ),
+            provisional: counter(
+                "provisional_assignments_total",
+                "Channels given a bot at once, before the rebalance: forced (their bot left) or \
+                 first (they had none)",
                 &["platform", "kind"],
             ),
             store_commit_duration: histogram(

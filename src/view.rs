@@ -51,6 +51,10 @@ pub struct View {
     routes: Arc<ArcSwap<Routes>>,
     /// Every assignment change, numbered: what `GET /v1/assignments/stream` follows.
     updates: broadcast::Sender<Arc<Update>>,
+    /// Every bot going online or offline: the stream tells its clients at once, so a gate that
+    /// decides from the streamed assignment knows an assignee is gone before the assignment
+    /// changes (a provisional assignee follows within milliseconds, or with the rebalance).
+    presences: broadcast::Sender<Arc<BotPresence>>,
 }
 
 impl Default for View {
@@ -59,8 +63,17 @@ impl Default for View {
             inner: Arc::default(),
             routes: Arc::default(),
             updates: broadcast::channel(UPDATES_BUFFERED).0,
+            presences: broadcast::channel(UPDATES_BUFFERED).0,
         }
     }
+}
+
+/// A bot of `platform` went online or offline.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BotPresence {
+    pub platform: String,
+    pub bot: String,
+    pub online: bool,
 }
 
 /// One change of the assignment: version `version` is version `version - 1` with these
@@ -709,7 +722,20 @@ impl View {
         } else {
             Presence::Offline
         };
-        tables.bots.numbered(number).set_presence(presence);
+        let entry = tables.bots.numbered(number);
+        if entry.presence() != presence {
+            entry.set_presence(presence);
+            let _ = self.presences.send(Arc::new(BotPresence {
+                platform: platform.to_owned(),
+                bot: bot.to_owned(),
+                online,
+            }));
+        }
+    }
+
+    /// Every change of a bot's presence from now on.
+    pub fn subscribe_presence(&self) -> broadcast::Receiver<Arc<BotPresence>> {
+        self.presences.subscribe()
     }
 
     pub fn set_last_run(&self, run: RunSummary) {

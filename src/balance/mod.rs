@@ -12,6 +12,7 @@
 
 pub(crate) mod greedy;
 mod optimal;
+pub mod provisional;
 pub mod rules;
 pub mod stats;
 

@@ -96,7 +96,7 @@ sources:
         let mut n = 1;
         loop {
             wait_for_runs(&db, n, &mut child.0).await?;
-            let (assigned, _, _) = last_run(&db).await?;
+            let (assigned, _, _) = last_run_moves(&db).await?;
             let to_first = started.elapsed();
             if assigned as usize == channels.len() {
                 println!(
@@ -140,38 +140,61 @@ sources:
                 "service idle"
             };
             let runs = run_count(&db).await?;
+            // One of the bot's channels: its provisional assignee is committed with all the
+            // others of the bot, in one transaction.
+            let watched = channel_of(&db, victim.id()).await?;
             let offline = Instant::now();
             victim.bot_offline();
-            // The first run after the notice that moves channels off the bot (a run of a late
-            // start-up report in flight does not count).
+            let provisional = match &watched {
+                Some(channel) => {
+                    row_moved(&db, channel, victim.id(), &mut child.0).await?;
+                    Some(offline.elapsed())
+                }
+                None => None,
+            };
+            // The first run after the notice that the notice caused (a run of a late start-up
+            // report in flight does not count). Its moves are voluntary: the forced ones were
+            // made at once.
             let mut n = runs + 1;
             let (forced, voluntary) = loop {
                 wait_for_runs(&db, n, &mut child.0).await?;
-                let (_, forced, voluntary) = last_run(&db).await?;
-                if forced > 0 {
+                let (causes, forced, voluntary) = last_run(&db).await?;
+                if causes.contains("bot-offline") || causes.contains("bot-status") {
                     break (forced, voluntary);
                 }
                 n += 1;
             };
             let reaction = offline.elapsed();
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
             println!(
-                "  bot {} offline ({when}; bot_offline notice) → rebalance committed: {:.0} ms, moved {forced} forced + {voluntary} voluntary",
+                "  bot {} offline ({when}; bot_offline notice) → provisional assignee committed: {}, rebalance committed: {:.0} ms, moved {forced} forced + {voluntary} voluntary",
                 victim.id(),
-                reaction.as_secs_f64() * 1e3
+                provisional.map_or_else(|| "(no channel)".to_owned(), |d| format!("{:.0} ms", ms(d))),
+                ms(reaction)
             );
             if i > 0 {
-                idle.push(reaction);
+                idle.push((reaction, provisional.unwrap_or(reaction)));
             }
         }
-        idle.sort();
-        if let (Some(min), Some(max)) = (idle.first(), idle.last()) {
+        let median = |mut times: Vec<Duration>| {
+            times.sort();
             let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+            format!(
+                "median {:.0} ms of {} (min {:.0}, max {:.0})",
+                ms(&times[times.len() / 2]),
+                times.len(),
+                ms(&times[0]),
+                ms(&times[times.len() - 1])
+            )
+        };
+        if !idle.is_empty() {
             println!(
-                "  bot offline → committed, service idle: median {:.0} ms of {} (min {:.0}, max {:.0})",
-                ms(&idle[idle.len() / 2]),
-                idle.len(),
-                ms(min),
-                ms(max)
+                "  bot offline → provisional assignee committed, service idle: {}",
+                median(idle.iter().map(|t| t.1).collect())
+            );
+            println!(
+                "  bot offline → rebalance committed, service idle: {}",
+                median(idle.iter().map(|t| t.0).collect())
             );
         }
         println!("  service peak RSS: {}", super::mb(super::peak_rss_mb_of(&service)));
@@ -224,7 +247,7 @@ async fn run_count(db: &Path) -> anyhow::Result<i64> {
 }
 
 /// (channels, forced, voluntary) of the last rebalance.
-async fn last_run(db: &Path) -> anyhow::Result<(i64, i64, i64)> {
+async fn last_run_moves(db: &Path) -> anyhow::Result<(i64, i64, i64)> {
     let pool = open(db).await?;
     let row = sqlx::query_as(
         "SELECT channels, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id DESC LIMIT 1",
@@ -233,6 +256,51 @@ async fn last_run(db: &Path) -> anyhow::Result<(i64, i64, i64)> {
     .await?;
     pool.close().await;
     Ok(row)
+}
+
+/// (causes, forced, voluntary) of the last rebalance.
+async fn last_run(db: &Path) -> anyhow::Result<(String, i64, i64)> {
+    let pool = open(db).await?;
+    let row = sqlx::query_as(
+        "SELECT causes, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await?;
+    pool.close().await;
+    Ok(row)
+}
+
+/// A channel assigned to `bot`, if any.
+async fn channel_of(db: &Path, bot: u64) -> anyhow::Result<Option<String>> {
+    let pool = open(db).await?;
+    let channel = sqlx::query_scalar("SELECT id FROM channel WHERE assignee = ? LIMIT 1")
+        .bind(bot.to_string())
+        .fetch_optional(&pool)
+        .await?;
+    pool.close().await;
+    Ok(channel)
+}
+
+/// Polls every 2 ms until `channel`'s row names another bot than `bot`.
+async fn row_moved(db: &Path, channel: &str, bot: u64, child: &mut Child) -> anyhow::Result<()> {
+    let pool = open(db).await?;
+    let bot = bot.to_string();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("the service exited: {status}");
+        }
+        let assignee: String =
+            sqlx::query_scalar("SELECT assignee FROM channel WHERE platform = 'onebot' AND id = ?")
+                .bind(channel)
+                .fetch_one(&pool)
+                .await?;
+        if assignee != bot {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    pool.close().await;
+    Ok(())
 }
 
 async fn open(db: &Path) -> anyhow::Result<sqlx::SqlitePool> {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import time
 from collections.abc import Callable, Iterable
@@ -18,7 +19,8 @@ GROUPS = tuple(str(g) for g in range(1, 13))
 EXCLUDED = "12"  # excludeChannels: ["onebot:12"] in the service's config
 
 ROSTER: dict[str, set[str]] = {}
-"""What each bot's ``get_group_list`` answers (tests may change it)."""
+"""What each bot's ``get_group_list`` answers (tests may change it), and the groups of bots
+of another process that a test adds."""
 
 
 def reset_roster() -> None:
@@ -124,8 +126,9 @@ async def deliver(
 
 
 async def wait_until(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> None:
+    """Waits until ``pred()`` (or what it returns, awaited) is true."""
     deadline = time.monotonic() + timeout
-    while not pred():
+    while not (await r if inspect.isawaitable(r := pred()) else r):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or pred}")
         await anyio.sleep(0.01)
@@ -155,7 +158,7 @@ async def settle(service: Any, online: Iterable[str], timeout: float = 10.0) -> 
     while True:
         a = await service.assignment()
         ok = False
-        if await service.online_bots() & set(BOTS) != online:
+        if await service.online_bots() & set(ROSTER) != online:
             why = f"online {await service.online_bots()} != {online}"
         elif set(a) != expected:
             why = f"assigned {sorted(a, key=int)} != {sorted(expected, key=int)}"

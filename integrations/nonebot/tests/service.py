@@ -21,10 +21,14 @@ PLATFORM = "onebot"
 CONFIG = """\
 api: {{bind: "127.0.0.1:{port}", token: {token}}}
 sources: {{http: {{startupWait: 0, offlineGrace: 30}}}}
-triggerDelays: {{startup: 0, botOnline: 0, botOffline: 0, botStatus: 0, channelJoined: 0, channelLeft: 0}}
 database: {{url: "sqlite://state.db"}}
 excludeChannels: {exclude}
 """
+NO_DELAYS = (
+    "triggerDelays: {startup: 0, botOnline: 0, botOffline: 0, botStatus: 0, channelJoined: 0, "
+    "channelLeft: 0}\n"
+)
+"""The suite's usual trigger delays: none, so that rebalances follow events at once."""
 
 
 def binary() -> Path:
@@ -48,13 +52,25 @@ class Service:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.configure()
+
+    def configure(self, extra: str = NO_DELAYS) -> None:
+        """Writes ``config.yaml``: the suite's settings plus ``extra`` (YAML lines; ``""``
+        for the default trigger delays). Takes effect at the next start."""
         (self.dir / "config.yaml").write_text(
             CONFIG.format(
                 port=self.port,
                 token=TOKEN,
-                exclude="[" + ", ".join(f'"{e}"' for e in exclude) + "]",
+                exclude="[" + ", ".join(f'"{e}"' for e in self.exclude) + "]",
             )
+            + extra
         )
+
+    def forget(self) -> None:
+        """Deletes the stored assignment (while stopped): the next start begins afresh."""
+        assert not self.running
+        for f in self.dir.glob("state.db*"):
+            f.unlink()
 
     @property
     def running(self) -> bool:

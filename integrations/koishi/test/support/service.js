@@ -25,15 +25,24 @@ function freePort() {
 }
 
 class Service {
-  /** @param {{ dir: string, port: number, triggerDelays?: Record<string, number>, startupWait?: number, offlineGrace?: number }} opts */
-  constructor({ dir, port, triggerDelays = {}, startupWait = 0, offlineGrace = 30 }) {
+  /**
+   * `triggerDelays`: the delays written to config.yaml, each 0 unless given; `null` writes no
+   * `triggerDelays` key (the service's defaults). `enabledPlatforms`: `null` writes no key (the
+   * default, `[onebot]`). `database`: the service's `database.url`. `extra`: more config lines.
+   * @param {{ dir: string, port: number, triggerDelays?: Record<string, number> | null, startupWait?: number,
+   *   offlineGrace?: number, database?: string, enabledPlatforms?: string[] | null, extra?: string[] }} opts
+   */
+  constructor({ dir, port, triggerDelays = {}, startupWait = 0, offlineGrace = 30, database = 'sqlite://state.db', enabledPlatforms = [], extra = [] }) {
     if (!existsSync(BIN)) {
       throw new Error(`no service binary at ${BIN}: run \`cargo build --release\` in the repository root, or set AUTO_ASSIGN_BIN`)
     }
     this.dir = dir
     this.port = port
     this.endpoint = `http://127.0.0.1:${port}`
-    this.triggerDelays = { startup: 0, botOnline: 0, botOffline: 0, botStatus: 0, channelJoined: 0, channelLeft: 0, ...triggerDelays }
+    this.triggerDelays = triggerDelays && { startup: 0, botOnline: 0, botOffline: 0, botStatus: 0, channelJoined: 0, channelLeft: 0, ...triggerDelays }
+    this.database = database
+    this.enabledPlatforms = enabledPlatforms
+    this.extra = extra
     this.config = join(dir, 'config.yaml')
     this.configure({ startupWait, offlineGrace })
     /** every line the service printed, over all its runs @type {string[]} */
@@ -45,14 +54,15 @@ class Service {
 
   /** (Re)writes config.yaml; takes effect at the next start. @param {{ startupWait?: number, offlineGrace?: number }} opts */
   configure({ startupWait = 0, offlineGrace = 30 }) {
-    const delays = Object.entries(this.triggerDelays).map(([k, v]) => `${k}: ${v}`).join(', ')
+    const delays = this.triggerDelays && Object.entries(this.triggerDelays).map(([k, v]) => `${k}: ${v}`).join(', ')
     writeFileSync(this.config, [
       `api: {bind: "127.0.0.1:${this.port}", token: ${TOKEN}}`,
       `sources:`,
       `  http: {startupWait: ${startupWait}, offlineGrace: ${offlineGrace}}`,
-      `triggerDelays: {${delays}}`,
-      `database: {url: "sqlite://state.db"}`,
-      `enabledPlatforms: []`,
+      ...(delays ? [`triggerDelays: {${delays}}`] : []),
+      `database: {url: ${JSON.stringify(this.database)}}`,
+      ...(this.enabledPlatforms ? [`enabledPlatforms: ${JSON.stringify(this.enabledPlatforms)}`] : []),
+      ...this.extra,
       '',
     ].join('\n'))
   }

@@ -189,6 +189,10 @@ async def _follow_stream() -> None:
                             )
                             break
                         runtime.fleet_wake.set()
+                    elif name == "presence":
+                        # A bot went on- or offline; no version (not an assignment change).
+                        platform, bot = str(data["platform"]), str(data["bot"])
+                        state.presence(platform, bot, bool(data["online"]))
         except (Unreachable, Rejected, ValueError, KeyError, TypeError) as e:
             if not down_logged:
                 down_logged = True
@@ -213,8 +217,9 @@ async def _refresh_fleet() -> None:
             return
         state = runtime.state
         told = runtime.reporter.all_sent()
+        since = state.presences
         try:
-            state.set_fleet(await client.bots())
+            state.set_fleet(await client.bots(), since)
         except (Unreachable, Rejected, ValueError, KeyError, TypeError):
             pass  # the last read stays; the stream's handler logs outages
         else:

@@ -22,8 +22,13 @@ class Assignment:
         self.snapshots = 0
         """Snapshots received (0: nothing is known yet)."""
         self.fleet: dict[str, bool] | None = None
-        """Every bot the service knows on this platform → online (``GET /v1/bots``);
-        ``None`` until read once."""
+        """Every bot the service knows on this platform → online (``GET /v1/bots``, kept
+        current by the stream's ``presence`` events); ``None`` until read or told once."""
+        self.heard: dict[str, tuple[int, bool]] = {}
+        """Bots a ``presence`` event told of → (the event's number, online), for a read of
+        the fleet that was under way meanwhile (it is older than the event)."""
+        self.presences = 0
+        """``presence`` events received (the number of the last one)."""
         self.ours: set[str] = set()
         """Bots that connected to this process. One of them that is not connected now is
         offline, whatever the last read of the fleet says, until the service reports it online
@@ -48,12 +53,31 @@ class Assignment:
                     self.table[str(channel)] = str(bot)
         return True
 
-    def set_fleet(self, bots: list[dict[str, object]]) -> None:
-        self.fleet = {
+    def presence(self, platform: str, bot: str, online: bool) -> None:
+        """Applies a ``presence`` event: ``bot`` went online or offline. An assignee known to
+        be offline no longer answers its groups: they are claimed (rule 5) until the stream
+        names their new assignee."""
+        if platform != self.platform:
+            return
+        self.presences += 1
+        self.heard[bot] = (self.presences, online)
+        if self.fleet is None:
+            self.fleet = {}
+        self.fleet[bot] = online
+
+    def set_fleet(self, bots: list[dict[str, object]], since: int | None = None) -> None:
+        """Applies a read of ``GET /v1/bots`` that started after presence event ``since``
+        (``presences`` then): the events after it are newer than the read and stay."""
+        fleet = {
             str(b["bot"]): bool(b.get("online"))
             for b in bots
             if b.get("platform") == self.platform
         }
+        if since is not None:
+            self.heard = {b: h for b, h in self.heard.items() if h[0] > since}
+            for bot, (_, online) in self.heard.items():
+                fleet[bot] = online
+        self.fleet = fleet
 
     def is_fleet_bot(self, bot: str, local: Mapping[str, object]) -> bool:
         """A bot of the fleet: connected here, or known to the service (online or not)."""
