@@ -362,12 +362,18 @@ impl Engine {
                 }));
             }
             *self.provisional_moves.entry(platform.clone()).or_default() += done.forced;
-            let metrics = &self.outputs.metrics.provisional;
+            let metrics = &self.outputs.metrics;
             for (kind, n) in [("forced", done.forced), ("first", done.first)] {
                 metrics
+                    .provisional
                     .with_label_values(&[platform.as_str(), kind])
                     .inc_by(n as u64);
             }
+            // Moves are moves, made at once or by a rebalance.
+            metrics
+                .moves
+                .with_label_values(&[platform.as_str(), "forced"])
+                .inc_by(done.forced as u64);
             info!(
                 "platform {platform}: {} channel(s) given a bot at once ({} whose bot is gone, \
                  {} that had none); the rebalance follows",

@@ -77,11 +77,11 @@ fn end_to_end(db: Db, dir: &TempDir) {
     assert_eq!(history.len(), 1);
     assert!(history[0].0.contains("startup"), "{history:?}");
     assert_eq!(history[0].1, 12);
-    assert_eq!(
-        (history[0].2, history[0].3),
-        (1, 0),
-        "9999 is no valid bot: one forced move"
-    );
+    // 9999 is no valid bot: one forced move. The other channels had no row: they got a
+    // provisional bot as soon as the fleet was known, and the first rebalance moves as few of
+    // them as balance needs.
+    assert_eq!(history[0].2, 1, "{history:?}");
+    assert!(history[0].3 <= 2, "{history:?}");
 
     // Bot 1002 goes offline in the fleet file.
     let edited = Instant::now();
@@ -382,7 +382,16 @@ fn shutdown_during_a_rebalance_leaves_the_store_consistent() {
     let rows = db.channels("onebot");
     let history = db.history();
     match history.len() {
-        0 => assert!(rows.is_empty(), "rows without their rebalance record"),
+        // The provisional assignees are one transaction of their own, before the rebalance:
+        // all of them or none, each naming a bot of the fleet.
+        0 => {
+            assert!(
+                rows.is_empty() || rows.len() == 60_000,
+                "{} provisional rows: a transaction cut short",
+                rows.len()
+            );
+            assert!(rows.values().all(|b| ["1", "2", "3"].contains(&b.as_str())));
+        }
         1 => {
             assert_eq!(
                 rows.len(),
