@@ -15,18 +15,18 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::api;
+use crate::api::settings as api;
 use crate::balance::provisional::Provisional;
 use crate::balance::{Rules, Strategy};
-use crate::leader;
+use crate::leader::settings as leadership;
 use crate::outputs::redis;
 use crate::pallas::claim;
 use crate::pallas::federate::settings as federate;
 use crate::source;
 use crate::store;
 use crate::triggers::{CronExpr, TriggerDelays};
-pub use crate::yaml::FileError;
 use crate::yaml::{self, NonEmpty, Seconds};
+pub use crate::yaml::{AtLeast, FileError};
 
 /// The whole configuration, with defaults filled in and paths resolved against the config
 /// file's directory.
@@ -54,7 +54,7 @@ pub struct Config {
     /// The Pallas-Bot federate pool this deployment joins, if any.
     pub federate: Option<federate::Settings>,
     /// One of several instances, when set (see `leader`).
-    pub leadership: Option<leader::Settings>,
+    pub leadership: Option<leadership::Settings>,
     pub log_format: LogFormat,
 }
 
@@ -129,7 +129,7 @@ struct Raw {
     #[serde(default)]
     federate: Option<federate::Settings>,
     #[serde(default)]
-    leadership: Option<leader::Settings>,
+    leadership: Option<leadership::Settings>,
     #[serde(default)]
     log_format: LogFormat,
 }
@@ -144,18 +144,6 @@ fn default_forget() -> Seconds<0> {
 
 fn default_platforms() -> Vec<NonEmpty> {
     vec![NonEmpty("onebot".to_owned())]
-}
-
-/// What the config watcher last did, for the API: the error of the last rejected edit stays
-/// "in force" until a valid edit replaces it.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct ReloadStatus {
-    /// Valid edits taken since the start.
-    pub reloads: u64,
-    /// Why the last edit was rejected, while no valid edit came after it.
-    pub rejected: Option<String>,
-    #[serde(with = "crate::presence::unix_seconds")]
-    pub rejected_at: Option<std::time::SystemTime>,
 }
 
 /// Sections that only take effect after a restart, by their key.
@@ -240,10 +228,10 @@ impl Config {
         }
         if let Some(l) = &config.leadership {
             let missing = match l.lease {
-                leader::LeaseStore::Redis if config.redis.is_none() => {
+                leadership::LeaseStore::Redis if config.redis.is_none() => {
                     Some("lease: redis needs the redis: section")
                 }
-                leader::LeaseStore::Postgres
+                leadership::LeaseStore::Postgres
                     if !matches!(config.database.url, store::DatabaseUrl::Postgres(_)) =>
                 {
                     Some("lease: postgres needs database.url to be postgres://")
@@ -428,7 +416,7 @@ mod tests {
         let l = c.leadership.unwrap();
         assert_eq!(l.instance(), "a");
         assert_eq!(l.lease_ttl.get(), Duration::from_secs(10));
-        assert_eq!(l.lease, leader::LeaseStore::Redis);
+        assert_eq!(l.lease, leadership::LeaseStore::Redis);
         for (text, wanted) in [
             (
                 "leadership: {}\n",

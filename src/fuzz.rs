@@ -120,7 +120,7 @@ proptest! {
 
     #[test]
     fn fuzz_snapshots(bytes in mutated(&[SNAPSHOT])) {
-        if let Err(e) = crate::snapshot::read(bytes.as_slice()) {
+        if let Err(e) = crate::cli::snapshot::read(bytes.as_slice()) {
             prop_assert!(!e.to_string().is_empty());
         }
     }

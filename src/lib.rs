@@ -1,28 +1,32 @@
 //! auto-assign: coordinates a fleet of chat bots that share groups, giving every group
 //! (channel) exactly one bot.
 //!
-//! Layout, following the data flow:
+//! The arrows run one way: `main → service → {engine, api} → parts → core`, with no circle
+//! among the files (`tests/architecture.rs` checks it).
 //!
-//! * [`model`]: identifiers, `platform:id` keys, and a bot's reported channels (numbers kept
-//!   as numbers).
-//! * [`index`]: the bipartite channel ↔ bot index, updated by fleet events in O(degree).
-//! * [`balance`]: the pure planner. `optimal` (least Σ load², then fewest moves, both exact)
-//!   and `greedy` (the Koishi plugin's algorithm) turn an index and [`balance::Rules`] into a
-//!   [`balance::Plan`].
-//! * [`snapshot`]: the JSON fleet snapshot read by `auto-assign plan`.
-//! * [`config`]: `config.yaml`, typed and validated; [`watch`] notices edits.
-//! * [`source`]: fleet sources turning the outside world into fleet events (`file`, `onebot`).
-//! * [`triggers`]: when to rebalance (per-event delays, coalescing).
-//! * [`engine`]: the one writer: events → index → triggers → planner → store.
-//! * [`store`]: the SQL store (Koishi's `channel` table and the rebalance history).
-//! * [`view`], [`api`], [`coord`]: the assignment as seen from outside, the HTTP API, and
-//!   per-message coordination (claims, gates, Redis publication, the federate pool).
-//! * [`leader`]: several instances, one leader: the lease, terms and fencing.
-//! * [`service`]: `auto-assign serve`, wiring it all with a clean shutdown.
-//! * [`bench`]: seeded synthetic fleets and the measurements printed by `auto-assign bench`.
-//! * [`pages`]: large arrays on transparent huge pages (the planner's graph, a plan's rows).
+//! * **Core**, pure and synchronous: [`model`] (ids, `platform:id` keys), [`index`] (the
+//!   bipartite channel ↔ bot index, updated in O(degree)), [`balance`] (the planner:
+//!   `optimal`, exact; `greedy`, the Koishi plugin's; `provisional`, the assignees given at once
+//!   to channels left without a valid bot; [`balance::Rules`] is where a constraint goes),
+//!   [`triggers`] (when to rebalance), [`explain`].
+//! * **Parts**, each owning its settings: [`source`] (fleet sources turning the outside world
+//!   into [`source::FleetEvent`]s: `file`, `onebot`, `http` reporters), [`store`] (the
+//!   [`store::Store`] trait, SQL on SQLite, PostgreSQL and MySQL, and the writer beside the
+//!   engine), [`outputs`] (Redis publication, the follower's view of it, presence), [`view`]
+//!   (the assignment as the API and ingress read it, without a lock), [`pallas`] (claims,
+//!   gates, ingress decisions, the federate pool), [`leader`] (lease, terms, fencing; `duty`
+//!   is what the other parts need of it), [`metrics`], [`status`] (what the API shows of the
+//!   parts, behind one read-only handle), [`watch`], and the helpers [`yaml`], [`secret`],
+//!   [`logs`], [`clock`], [`backoff`], [`pages`], [`presence`].
+//! * **Shell**: [`config`] gathers the parts' settings and validates them once per load;
+//!   [`engine`] is the one writer (events → index → triggers → planner → store), told what to
+//!   do through [`engine::control`]; [`api`] serves HTTP; [`service`] wires it all with a clean
+//!   shutdown; [`cli`] is the client side of the binary (`status`, `explain`, the snapshot
+//!   `plan` reads).
+//! * [`bench`] (feature `bench`) and [`testkit`] (feature `testkit`) drive the whole service.
 //!
-//! The planner never does I/O; everything around it is a thin shell.
+//! The public surface is what the binary, the benchmarks and the tests need: at most these
+//! eight `pub mod`s; everything else is internal.
 
 pub(crate) mod api;
 pub(crate) mod backoff;
@@ -30,13 +34,13 @@ pub mod balance;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
-pub mod clock;
+pub(crate) mod clock;
 pub mod config;
 pub(crate) mod engine;
 pub(crate) mod explain;
 #[cfg(test)]
 mod fuzz;
-pub mod index;
+pub(crate) mod index;
 pub(crate) mod leader;
 pub(crate) mod logs;
 pub(crate) mod metrics;
@@ -47,12 +51,12 @@ pub mod pallas;
 pub(crate) mod presence;
 pub(crate) mod secret;
 pub mod service;
-pub mod snapshot;
 pub(crate) mod source;
+pub(crate) mod status;
 pub(crate) mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub(crate) mod triggers;
 pub(crate) mod view;
 pub(crate) mod watch;
-pub mod yaml;
+pub(crate) mod yaml;

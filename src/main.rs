@@ -8,9 +8,9 @@ use clap::{Parser, Subcommand};
 use auto_assign::balance::{self, Plan, Strategy};
 #[cfg(feature = "bench")]
 use auto_assign::bench;
+use auto_assign::cli::snapshot::{self, Snapshot};
 use auto_assign::cli::{Remote, RemoteError, status_table};
 use auto_assign::config::{Config, LogFormat, WORKER_THREADS_VAR, worker_threads};
-use auto_assign::snapshot::{self, Snapshot};
 
 #[derive(Parser)]
 #[command(
@@ -26,7 +26,7 @@ struct Cli {
 enum Command {
     /// Plans once from a fleet snapshot and prints the assignment.
     Plan {
-        /// Fleet snapshot (JSON; format in the README).
+        /// Fleet snapshot (JSON; format in docs/algorithms.md).
         #[arg(long)]
         input: PathBuf,
         #[arg(long, value_enum, default_value_t = Strategy::Optimal)]

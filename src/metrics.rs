@@ -15,12 +15,12 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::leader::Role;
+use crate::leader::duty::Role;
 use crate::outputs::publish::PublishStatus;
 use crate::pallas::federate::Federate;
 use crate::pallas::ingress::Reason;
 use crate::presence::Presence;
-use crate::store::writer::WriteStatus;
+use crate::store::writer::{CommitMetrics, WriteStatus};
 use crate::view::View;
 
 pub struct Metrics {
@@ -233,6 +233,14 @@ impl Metrics {
     }
 
     /// One `POST /v1/ingress` decision.
+    /// The store writer's counters, registered here.
+    pub fn commits(&self) -> CommitMetrics {
+        CommitMetrics {
+            duration: self.store_commit_duration.clone(),
+            failures: self.store_commit_failures.clone(),
+        }
+    }
+
     pub fn count_ingress_decision(&self, reason: &Reason, handle: bool) {
         let handle_label = if handle { "true" } else { "false" };
         self.ingress_decisions

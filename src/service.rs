@@ -13,10 +13,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+pub use crate::clock::Clock;
+
 use crate::api::{self, Api};
-use crate::clock::Clock;
-use crate::config::{Config, FileError, ReloadStatus};
-use crate::engine::{Control, Engine, Outputs};
+use crate::config::{Config, FileError};
+use crate::engine::{Control, Engine, Handle, Outputs};
 use crate::leader;
 use crate::metrics::Metrics;
 use crate::outputs::follower::Follower;
@@ -32,6 +33,7 @@ use crate::source::file::{self, Fleet};
 use crate::source::http::Reporters;
 use crate::source::merge::SourceId;
 use crate::source::{FleetEvent, onebot};
+use crate::status::{ReloadStatus, Status};
 use crate::store::writer::Writer;
 use crate::store::{DatabaseUrl, SqlStore, Store as _};
 use crate::view::View;
@@ -163,7 +165,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         store,
         config.database.shutdown_timeout.get(),
         clock,
-        metrics.clone(),
+        metrics.commits(),
     );
     let publication = publisher.as_ref().map(|p| p.status.clone());
     let store_status = writer.status();
@@ -181,6 +183,16 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     let leadership = match &config.leadership {
         None => None,
         Some(settings) => {
+            // The campaign's turns reach the engine as control messages.
+            let (turns_tx, mut turns) = mpsc::channel(4);
+            let control = control_tx.clone();
+            tasks.spawn(async move {
+                while let Some(turn) = turns.recv().await {
+                    if control.send(Control::Turn(turn)).await.is_err() {
+                        return;
+                    }
+                }
+            });
             let parts = leader::Parts {
                 settings: settings.clone(),
                 prefix: config
@@ -193,7 +205,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
                     _ => None,
                 },
                 store: history_reader.clone(),
-                control: control_tx.clone(),
+                turns: turns_tx,
                 writes: write_status,
             };
             let leadership =
@@ -240,19 +252,21 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
                 gates: Gates::new(shared.redis.clone(), clock),
                 presence: shared.presence.clone(),
                 redis: shared.redis.clone(),
-                control: control_tx.clone(),
+                engine: Handle::new(control_tx.clone()),
                 token: config.api.token.clone(),
-                store: store_status,
-                config: reload_rx,
+                status: Status {
+                    store: store_status,
+                    reload: reload_rx,
+                    publication,
+                    leadership: leadership
+                        .as_ref()
+                        .map(|l| (l.instance.clone(), l.role.clone())),
+                },
                 reporters: reporters.clone(),
                 shutdown: shutdown.clone(),
                 metrics,
                 metrics_auth: config.api.metrics_auth,
                 history: history_reader.clone(),
-                publication,
-                leadership: leadership
-                    .as_ref()
-                    .map(|l| (l.instance.clone(), l.role.clone())),
             };
             Some(start_api(&shared, api, bind, &mut tasks).await?)
         }
@@ -350,7 +364,7 @@ fn start_outputs(s: &Shared, tasks: &mut JoinSet<()>) -> Option<Publisher> {
         redis.clone(),
         s.view.clone(),
         keys,
-        leader::Duty::at_start(s.config.leadership.as_ref()),
+        leader::duty::Duty::at_start(s.config.leadership.as_ref()),
         s.shutdown.clone(),
     ))
 }

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use auto_assign::balance::FleetIndex;
 use auto_assign::balance::{self, Planner, Rules, Strategy as Plan};
-use auto_assign::index::FleetIndex;
 use proptest::prelude::*;
 
 const PLATFORMS: [&str; 2] = ["onebot", "discord"];

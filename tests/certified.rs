@@ -88,7 +88,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use auto_assign::balance::{self, Planner, PlatformPlan, Rules};
-use auto_assign::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
+use auto_assign::balance::{BotIx, ChanIx, FleetIndex, PlatformIndex};
 use petgraph::algo::{astar, connected_components, find_negative_cycle, kosaraju_scc};
 use petgraph::graph::{DiGraph, NodeIndex, UnGraph};
 use petgraph::visit::Dfs;

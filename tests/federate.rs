@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use auto_assign::clock::Clock;
 use auto_assign::config::Config;
 use auto_assign::outputs::redis::Redis;
 use auto_assign::pallas::federate::claim::{CANDIDATE_PLUGIN, IngressClaims, Outcome, PLUGIN};
 use auto_assign::pallas::federate::ring::{ring_index, stable_ring_index};
 use auto_assign::pallas::signature::{Body, Signature, Time};
+use auto_assign::service::Clock;
 use serde_json::{Value, json};
 use support::{InProcess, RedisServer, Service, TempDir, eventually, get, post};
 
@@ -114,7 +114,7 @@ federate:
 /// (below what the config accepts: the check is for real pools).
 fn short_ttl(config: &mut Config) {
     if let Some(f) = &mut config.federate {
-        f.heartbeat_ttl = auto_assign::yaml::AtLeast(3);
+        f.heartbeat_ttl = auto_assign::config::AtLeast(3);
     }
 }
 

@@ -743,7 +743,7 @@ fn mysql_passwords_never_reach_an_error() {
     let closed = support::free_port();
     let url = format!("mysql://root:Sup3rSecretPw@127.0.0.1:{closed}/pw");
     let path = dir.write("config.yaml", &config(&url));
-    let err = match InProcess::try_start(&path, auto_assign::clock::Clock::system()) {
+    let err = match InProcess::try_start(&path, auto_assign::service::Clock::system()) {
         Ok(_) => panic!("started without a database"),
         Err(e) => format!("{e} {e:?}"),
     };

@@ -20,7 +20,8 @@ use std::fmt::Write as _;
 
 use rustc_hash::FxHashMap;
 
-use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
+/// The index the planner reads, re-exported: its types appear in every plan.
+pub use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
 pub use rules::{Resolved, Rules};
 pub use stats::LoadStats;
 

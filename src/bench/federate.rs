@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::coord::Rate;
+use super::rate::Rate;
 
 use indexmap::IndexMap;
 use rand::{RngExt, SeedableRng};

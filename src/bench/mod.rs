@@ -20,6 +20,7 @@ mod federate;
 mod fleets;
 mod onebot;
 mod planio;
+mod rate;
 mod takeover;
 mod view;
 

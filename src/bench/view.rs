@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::coord::Rate;
+use super::rate::Rate;
 use crate::view::{Route, View};
 
 const BOTS: usize = 200;

@@ -37,7 +37,7 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 
 use super::redis::Redis;
 use crate::backoff::{Backoff, Jitter};
-use crate::leader::Duty;
+use crate::leader::duty::Duty;
 use crate::view::View;
 
 /// Above this many changes a full republish is cheaper than one huge script call.
@@ -66,7 +66,7 @@ impl Keys {
 
     /// The newest leader's term (see `leader`).
     pub fn term(&self) -> String {
-        crate::leader::term_key(&self.prefix)
+        crate::leader::duty::term_key(&self.prefix)
     }
 }
 

@@ -8,7 +8,6 @@
 //! for a bounded time and hands back what it could not write, so the caller can say exactly
 //! what was lost.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
@@ -18,8 +17,7 @@ use tracing::{error, info, warn};
 use super::{Batch, Failure, Fence, Pending, Store};
 use crate::backoff::{Backoff, Jitter};
 use crate::clock::Clock;
-use crate::leader::Duty;
-use crate::metrics::Metrics;
+use crate::leader::duty::Duty;
 
 /// What the writer is doing, for `/healthz` and the API.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -60,6 +58,32 @@ enum Job {
     Duty(Duty),
 }
 
+/// What the writer counts: each commit's duration and each failure by kind. Registered by
+/// `metrics`; the writer only records into them.
+#[derive(Clone)]
+pub struct CommitMetrics {
+    pub duration: prometheus::Histogram,
+    pub failures: prometheus::IntCounterVec,
+}
+
+impl Default for CommitMetrics {
+    /// Unregistered counters, for a writer nobody scrapes.
+    fn default() -> Self {
+        Self {
+            duration: prometheus::Histogram::with_opts(prometheus::HistogramOpts::new(
+                "commit_duration",
+                "unregistered",
+            ))
+            .expect("valid names"),
+            failures: prometheus::IntCounterVec::new(
+                prometheus::Opts::new("commit_failures", "unregistered"),
+                &["failure"],
+            )
+            .expect("valid names"),
+        }
+    }
+}
+
 /// The engine's side of the writer.
 pub struct Writer {
     tx: mpsc::UnboundedSender<Job>,
@@ -79,7 +103,7 @@ impl Writer {
         store: S,
         shutdown_timeout: Duration,
         clock: Clock,
-        metrics: Arc<Metrics>,
+        metrics: CommitMetrics,
     ) -> Writer {
         let (tx, rx) = mpsc::unbounded_channel();
         let (status_tx, status) = watch::channel(WriteStatus::default());
@@ -117,7 +141,7 @@ async fn run<S: Store>(
     status: watch::Sender<WriteStatus>,
     shutdown_timeout: Duration,
     clock: Clock,
-    metrics: Arc<Metrics>,
+    metrics: CommitMetrics,
 ) -> Unwritten {
     let mut pending = Pending::default();
     let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
@@ -258,7 +282,7 @@ async fn commit<S: Store>(
     status: &watch::Sender<WriteStatus>,
     limit: Duration,
     clock: Clock,
-    metrics: &Metrics,
+    metrics: &CommitMetrics,
 ) -> Result<(), (Failure, String)> {
     let batch = pending.take();
     // While it is in flight the batch is still pending, as far as anyone asking can tell.
@@ -275,13 +299,8 @@ async fn commit<S: Store>(
         }),
     };
     match &committed {
-        Ok(()) => metrics
-            .store_commit_duration
-            .observe(started.elapsed().as_secs_f64()),
-        Err(e) => metrics
-            .store_commit_failures
-            .with_label_values(&[e.kind.as_str()])
-            .inc(),
+        Ok(()) => metrics.duration.observe(started.elapsed().as_secs_f64()),
+        Err(e) => metrics.failures.with_label_values(&[e.kind.as_str()]).inc(),
     }
     match committed {
         Ok(()) => {
@@ -360,7 +379,7 @@ mod tests {
             store.clone(),
             Duration::from_secs(10),
             Clock::system(),
-            Arc::default(),
+            CommitMetrics::default(),
         );
         let mut status = writer.status();
         writer.submit(batch(&[("a", "1"), ("b", "1")], 1));
@@ -394,7 +413,7 @@ mod tests {
                 store.clone(),
                 Duration::from_secs(1),
                 Clock::system(),
-                Arc::default(),
+                CommitMetrics::default(),
             );
             writer.set_duty(Duty::Leader(Fence {
                 term,
@@ -448,7 +467,7 @@ mod tests {
             store.clone(),
             Duration::from_secs(5),
             Clock::system(),
-            Arc::default(),
+            CommitMetrics::default(),
         );
         let mut status = writer.status();
         writer.submit(batch(&[("a", "1")], 7));

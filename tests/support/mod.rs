@@ -80,13 +80,13 @@ pub struct InProcess {
 impl InProcess {
     /// Starts on the config file at `path` with the system clock; panics if it cannot.
     pub fn start(path: &Path) -> InProcess {
-        Self::try_start(path, auto_assign::clock::Clock::system())
+        Self::try_start(path, auto_assign::service::Clock::system())
             .unwrap_or_else(|e| panic!("the service did not start: {e}"))
     }
 
     pub fn try_start(
         path: &Path,
-        clock: auto_assign::clock::Clock,
+        clock: auto_assign::service::Clock,
     ) -> Result<InProcess, auto_assign::service::ServeError> {
         let config = auto_assign::config::Config::load(path)?;
         Self::try_start_config(config, clock)
@@ -95,7 +95,7 @@ impl InProcess {
     /// Starts on a config built (or adjusted) by the test.
     pub fn start_config(
         config: auto_assign::config::Config,
-        clock: auto_assign::clock::Clock,
+        clock: auto_assign::service::Clock,
     ) -> InProcess {
         Self::try_start_config(config, clock)
             .unwrap_or_else(|e| panic!("the service did not start: {e}"))
@@ -103,7 +103,7 @@ impl InProcess {
 
     fn try_start_config(
         config: auto_assign::config::Config,
-        clock: auto_assign::clock::Clock,
+        clock: auto_assign::service::Clock,
     ) -> Result<InProcess, auto_assign::service::ServeError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

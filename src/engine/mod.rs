@@ -26,9 +26,10 @@ use crate::balance::provisional::{self, Provisional, Stored};
 use crate::balance::{Plan, Planner};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::explain::{Explanation, explain};
+use crate::explain::explain;
 use crate::index::{ChanIx, FleetIndex};
-use crate::leader::Duty;
+use crate::leader::Turn;
+use crate::leader::duty::Duty;
 use crate::metrics::Metrics;
 use crate::outputs::follower::Follower;
 use crate::outputs::publish::Publisher;
@@ -40,34 +41,8 @@ use crate::store::{Batch, ChannelWrite, Fence, PlatformRecord, RunRecord};
 use crate::triggers::{Cause, Causes, Debouncer};
 use crate::view::{PlatformCounts, RunSummary, View};
 
-/// Control messages for the engine (everything that is not a fleet event).
-#[derive(Debug)]
-pub enum Control {
-    /// A validated new config (from the config watcher).
-    Config(Box<Config>),
-    /// The cron schedule fired.
-    Schedule,
-    /// Someone asked for a rebalance now.
-    Rebalance,
-    /// The sources have reported the fleet: the first rebalance may run.
-    Ready,
-    /// Why a channel has its assignee (the answer goes to `reply`).
-    Explain {
-        platform: String,
-        channel: String,
-        reply: tokio::sync::oneshot::Sender<Explanation>,
-    },
-    /// This instance leads now, fenced by `fence`; `stored` is what the database holds, the
-    /// previous assignment the first plan starts from.
-    Lead {
-        fence: Fence,
-        stored: Vec<(String, String, String)>,
-    },
-    /// Another instance leads.
-    Follow,
-    /// The leader published a new version of the assignment.
-    Followed,
-}
+pub mod control;
+pub use control::{Control, Handle};
 
 /// Where the engine's results go besides the SQL store.
 #[derive(Clone)]
@@ -495,8 +470,8 @@ impl Engine {
                     self.request(Cause::Startup);
                 }
             }
-            Control::Lead { fence, stored } => self.lead(fence, stored),
-            Control::Follow => self.follow(),
+            Control::Turn(Turn::Lead { fence, stored }) => self.lead(fence, stored),
+            Control::Turn(Turn::Follow) => self.follow(),
             Control::Followed => self.mirror_publication(),
             Control::Schedule => self.request(Cause::Schedule),
             Control::Rebalance => self.request(Cause::Requested),

@@ -34,115 +34,26 @@ use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::engine::Control;
 use crate::outputs::redis::Redis;
 use crate::secret::SecretUrl;
 use crate::store::writer::WriteStatus;
 use crate::store::{Batch, Failure, Fence, SqlStore, Store as _};
-use crate::yaml::{NonEmpty, Seconds};
 
-/// `leadership:`: run as one of several instances.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Settings {
-    /// This instance's name in the lease, `/healthz` and the logs (default: host name and
-    /// process id). Must differ between instances.
-    #[serde(default)]
-    pub instance: Option<NonEmpty>,
-    /// How long a lease lasts unrenewed: the longest the fleet goes without a leader after
-    /// the leader dies (a clean stop hands over at once).
-    #[serde(default = "default_ttl")]
-    pub lease_ttl: Seconds<1_000>,
-    /// Where the lease lives.
-    #[serde(default)]
-    pub lease: LeaseStore,
-}
+pub mod duty;
+pub mod settings;
 
-fn default_ttl() -> Seconds<1_000> {
-    Seconds::secs(10)
-}
+use duty::{Role, term_key};
+use settings::{LeaseStore, Settings};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LeaseStore {
-    /// `SET NX PX` on the service's Redis (`redis:` must be set).
-    #[default]
-    Redis,
-    /// A PostgreSQL advisory lock (`database.url` must be PostgreSQL).
-    Postgres,
-}
-
-impl Settings {
-    pub fn instance(&self) -> String {
-        match &self.instance {
-            Some(name) => name.0.clone(),
-            None => {
-                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_owned())
-                    .unwrap_or_else(|_| "host".to_owned());
-                format!("{host}-{}", std::process::id())
-            }
-        }
-    }
-}
-
-/// What this instance does with its plans, for the engine, the store writer and the
-/// publication alike: an instance alone writes unfenced; under leadership only the leader
-/// writes, every write fenced by its term, and a follower writes nothing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Duty {
-    Alone,
-    Leader(Fence),
-    Follower,
-}
-
-impl Duty {
-    /// At start: a follower until the lease says otherwise, under leadership.
-    pub fn at_start(leadership: Option<&Settings>) -> Duty {
-        match leadership {
-            Some(_) => Duty::Follower,
-            None => Duty::Alone,
-        }
-    }
-
-    /// The fence of a leader's writes.
-    pub fn fence(&self) -> Option<&Fence> {
-        match self {
-            Duty::Leader(fence) => Some(fence),
-            Duty::Alone | Duty::Follower => None,
-        }
-    }
-
-    /// The term written with history records and publications: 0 alone, `None` following.
-    pub fn writing_term(&self) -> Option<i64> {
-        match self {
-            Duty::Alone => Some(0),
-            Duty::Leader(fence) => Some(fence.term),
-            Duty::Follower => None,
-        }
-    }
-}
-
-/// What this instance is under leadership, for `/healthz` and `/metrics`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
-pub enum Role {
-    /// Another instance leads (`leader` as the lease names it, when known).
-    Follower {
-        leader: Option<String>,
-        term: Option<i64>,
+/// A change of this instance's turn, for the engine: lead from `stored` (what the database
+/// holds, the previous assignment the first plan starts from), fenced by `fence`; or follow.
+#[derive(Debug)]
+pub enum Turn {
+    Lead {
+        fence: Fence,
+        stored: Vec<(String, String, String)>,
     },
-    /// This instance leads in `term`.
-    Leader { term: i64 },
-}
-
-impl Role {
-    pub fn term(&self) -> Option<i64> {
-        match self {
-            Role::Follower { term, .. } => *term,
-            Role::Leader { term } => Some(*term),
-        }
-    }
+    Follow,
 }
 
 /// The leadership task's handle: who leads, and the stop that hands over.
@@ -171,7 +82,7 @@ pub struct Parts {
     pub redis: Option<Redis>,
     pub database: Option<SecretUrl>,
     pub store: SqlStore,
-    pub control: mpsc::Sender<Control>,
+    pub turns: mpsc::Sender<Turn>,
     /// The writer's status: a fenced commit means this term is over.
     pub writes: watch::Receiver<WriteStatus>,
 }
@@ -215,7 +126,7 @@ pub fn start(parts: Parts) -> Result<Leadership, String> {
         ttl: parts.settings.lease_ttl.get(),
         lease,
         store: parts.store,
-        control: parts.control,
+        turns: parts.turns,
         writes: parts.writes,
         role: role_tx,
         release: release.clone(),
@@ -229,17 +140,12 @@ pub fn start(parts: Parts) -> Result<Leadership, String> {
     })
 }
 
-/// The Redis key holding the newest term, which the publication checks too.
-pub fn term_key(prefix: &str) -> String {
-    format!("{prefix}:leader:term")
-}
-
 struct Campaign {
     instance: String,
     ttl: Duration,
     lease: Lease,
     store: SqlStore,
-    control: mpsc::Sender<Control>,
+    turns: mpsc::Sender<Turn>,
     writes: watch::Receiver<WriteStatus>,
     role: watch::Sender<Role>,
     release: CancellationToken,
@@ -290,7 +196,7 @@ impl Campaign {
                 Ended::Lost(why) => {
                     warn!("leadership: term {term} is over ({why}); following");
                     self.lease.release().await;
-                    let _ = self.control.send(Control::Follow).await;
+                    let _ = self.turns.send(Turn::Follow).await;
                     self.role.send_replace(Role::Follower {
                         leader: None,
                         term: None,
@@ -372,11 +278,11 @@ impl Campaign {
                         return Ended::Lost(e.message);
                     }
                     Ok(Ok(stored)) => {
-                        let lead = Control::Lead {
+                        let lead = Turn::Lead {
                             fence: fence.clone(),
                             stored,
                         };
-                        if self.control.send(lead).await.is_err() {
+                        if self.turns.send(lead).await.is_err() {
                             return Ended::Released;
                         }
                         told_engine = true;

@@ -2,6 +2,9 @@
 
 use std::fmt::Write as _;
 
+/// The JSON fleet snapshot `auto-assign plan` reads.
+pub mod snapshot;
+
 use serde_json::Value;
 
 /// Where the service's API is and how to talk to it.

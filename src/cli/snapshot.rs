@@ -1,5 +1,5 @@
 //! The fleet snapshot read by `auto-assign plan`: bots, channels, rules and a previous
-//! assignment, as one JSON document (format in the README).
+//! assignment, as one JSON document (format in docs/algorithms.md).
 //!
 //! Parsing is strict: unknown fields, wrong types, duplicate bots or channels and keys without a
 //! platform are errors that name the offending entry (`channels[3].bots[1]: ...`). A channel

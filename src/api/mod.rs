@@ -1,0 +1,143 @@
+//! The HTTP API (axum; the ingress decision served in front of the router, see [`App`]): the
+//! ingress decision, the assignment, bots and presence, gates, and an admin rebalance. Every
+//! route but `/healthz` needs `Authorization: Bearer <api.token>` when a token is configured
+//! (compared in constant time). Bodies are capped; malformed JSON and missing or mistyped
+//! fields get a 400 with a JSON error naming the field; an unreachable Redis never makes a
+//! 500: the answer says which fallback decided.
+
+mod assignments;
+mod body;
+mod fleet;
+mod gates;
+mod ingress;
+pub mod settings;
+mod shared;
+mod status;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self};
+use axum::routing::{get, post};
+
+pub use ingress::App;
+pub use shared::Api;
+use shared::{Shared, auth, error};
+
+use assignments::{
+    assignment, assignments, bots, explain, federate_peers, presence, rebalance, stream,
+};
+use fleet::fleet_routes;
+use gates::{begin_activity, end_activity, owned_gate};
+use ingress::{AnswerBody, ingress};
+use settings::MetricsAuth;
+use status::{dashboard, healthz, history, prometheus_metrics, status};
+
+/// The API; `max_body` caps request bodies.
+pub fn app(api: Api, max_body: usize) -> App {
+    let api = Arc::new(api);
+    let protected = Router::new()
+        // Served by `App` in front of the router; here too so that other methods get 405.
+        .route(
+            "/v1/ingress",
+            post(
+                move |State(api): State<Shared>, request: Request| async move {
+                    ingress(&api, max_body, request)
+                        .await
+                        .map(AnswerBody::into_routed)
+                },
+            ),
+        )
+        .route("/v1/assignments", get(assignments))
+        .route("/v1/assignments/{platform}/{channel}", get(assignment))
+        .route("/v1/bots", get(bots))
+        .route("/v1/status", get(status))
+        .route("/v1/presence", get(presence))
+        .route("/v1/federate/peers", get(federate_peers))
+        .route("/v1/rebalance", post(rebalance))
+        .route("/v1/explain/{platform}/{channel}", get(explain))
+        .route("/v1/history", get(history))
+        .route("/v1/gate/owned", post(owned_gate))
+        .route("/v1/activity/begin", post(begin_activity))
+        .route("/v1/activity/end", post(end_activity))
+        .route("/v1/assignments/stream", get(stream))
+        .merge(fleet_routes(&api));
+    let metrics = Router::new().route("/metrics", get(prometheus_metrics));
+    let (open, protected) = match api.metrics_auth {
+        MetricsAuth::Token => (Router::new(), protected.merge(metrics)),
+        MetricsAuth::None => (metrics, protected),
+    };
+    // The token is fixed for the process's life: without one, no layer to pass through on
+    // every request.
+    let protected = if api.token.is_empty() {
+        protected
+    } else {
+        protected.route_layer(middleware::from_fn_with_state(api.clone(), auth))
+    };
+    let router = Router::new()
+        .route("/", get(dashboard))
+        .route("/healthz", get(healthz))
+        .merge(open)
+        .merge(protected)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(api.clone());
+    App {
+        api,
+        router,
+        max_body,
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown`: HTTP/1.1, a request's headers within
+/// `header_timeout` (which is also how long an idle keep-alive connection stays open), then
+/// at most 5 s for the requests in flight. axum's own `serve` has no such timeouts: 500
+/// connections sending half a request each would stay open for good.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: App,
+    header_timeout: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: do not spin.
+                    tracing::warn!("API: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let answer = app.clone().answer(request);
+            async move { Ok::<_, std::convert::Infallible>(answer.await) }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            // Pipelined requests (a client with many decisions in flight on one connection)
+            // get their answers in one write, not one write each.
+            .pipeline_flush(true)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    if tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("API: requests still open 5 s after the stop were cut");
+    }
+}
