@@ -47,11 +47,40 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi
 
-cargo fmt --all -- --check
-cargo clippy --all-targets --features bench -- -D warnings
-cargo test --release
+# Each part is timed; the times are printed at the end, also when a part fails.
+timings=()
+part() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  timings+=("$(printf '%-12s %4d s' "$name" $((SECONDS - start)))")
+}
+report() {
+  local status=$?
+  if [ ${#timings[@]} -gt 0 ]; then
+    echo "time of each part:"
+    printf '  %s\n' "${timings[@]}"
+  fi
+  return $status
+}
+trap report EXIT
+
+rust_tests() {
+  # nextest runs the test binaries side by side (each test in its own process), so tests
+  # that wait on their servers overlap instead of queueing binary by binary. The crate has no
+  # doc tests. Without nextest, cargo's own runner does the same work one binary at a time.
+  if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --release --no-fail-fast
+  else
+    cargo test --release --no-fail-fast
+  fi
+}
+
+part fmt cargo fmt --all -- --check
+part clippy cargo clippy --all-targets --features bench -- -D warnings
+part "Rust tests" rust_tests
 
 # The integrations run against the release binary the Rust tests just built.
 export AUTO_ASSIGN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/auto-assign"
-(cd integrations/koishi && npm ci --no-audit --no-fund && npm test)
-integrations/nonebot/run-tests.sh
+part Koishi bash -c 'cd integrations/koishi && npm ci --no-audit --no-fund && npm test'
+part NoneBot integrations/nonebot/run-tests.sh

@@ -244,16 +244,18 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
     assert_eq!(from_peer["handle"], false);
     assert_eq!(from_peer["reason"], "sent by a bot of another deployment");
 
-    // 10,000 command-lane messages, both deployments asked about each. The owner's bot goes
-    // through the 150 ms candidate round, so many messages are in flight at once.
+    // 2,000 command-lane messages, both deployments asked about each. The owner's bot goes
+    // through the 150 ms candidate round, so many messages are in flight at once (40 at a
+    // time: each worker's messages wait one round each, so the count sets the test's length).
     let groups: Vec<i64> = GROUPS.collect();
     const WORKERS: i64 = 40;
+    const MESSAGES: i64 = 2_000;
     let results: Vec<(i64, bool, bool, String, String)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..WORKERS)
             .map(|w| {
                 let (a, b, groups) = (&a, &b, &groups);
                 s.spawn(move || {
-                    (0..10_000)
+                    (0..MESSAGES)
                         .filter(|i| i % WORKERS == w)
                         .map(|i| {
                             let g = groups[i as usize % groups.len()];
@@ -284,7 +286,7 @@ fn two_deployments_answer_each_message_once_and_take_over_after_the_ttl() {
             .flat_map(|w| w.join().unwrap())
             .collect()
     });
-    assert_eq!(results.len(), 10_000);
+    assert_eq!(results.len(), MESSAGES as usize);
     let mut handled_by: BTreeMap<i64, BTreeSet<&str>> = BTreeMap::new();
     for (g, by_a, by_b, why_a, why_b) in &results {
         assert!(

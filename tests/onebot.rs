@@ -518,3 +518,29 @@ fn two_connections_to_one_bot_take_turns_without_churn() {
     assert_eq!(db.history().len(), 1, "no offline/online flap");
     assert!(service.stop().success());
 }
+
+#[test]
+fn a_stop_does_not_wait_out_the_offline_grace() {
+    // The default offlineGrace (30 s): the stop drops every connection, and the grace timers
+    // it starts must not keep the stopping service alive.
+    let sims = three();
+    let dir = TempDir::new("onebot-stop");
+    let path = dir.write(
+        "config.yaml",
+        &format!(
+            "database: {{url: \"sqlite://state.db\"}}\napi: {{bind: \"127.0.0.1:0\"}}\n\
+             sources:\n  onebot:\n    connections:\n{}",
+            sims.connections("")
+        ),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let service = support::InProcess::start(&path);
+    eventually("the first rebalance", WAIT, || !db.history().is_empty());
+    let stopping = Instant::now();
+    service.stop().unwrap();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "the stop took {:?}",
+        stopping.elapsed()
+    );
+}

@@ -145,10 +145,16 @@ impl Hub {
             return;
         }
         self.presence.update(PLATFORM, bot, |p| p.connected = false);
-        let hub = self.clone();
+        // The wait holds the hub weakly: a service stopping meanwhile drops the hub, and with
+        // it the sender of its fleet events, at once (held, the stop waited out the grace).
+        let weak = Arc::downgrade(self);
+        let grace = self.settings.offline_grace.get();
         let bot = bot.to_owned();
         tokio::spawn(async move {
-            tokio::time::sleep(hub.settings.offline_grace.get()).await;
+            tokio::time::sleep(grace).await;
+            let Some(hub) = weak.upgrade() else {
+                return;
+            };
             let still_gone = hub.with(&bot, |s| s.generation == generation && s.session.is_none());
             if still_gone {
                 let reason = format!(
