@@ -275,8 +275,8 @@ impl Engine {
     /// Gives every channel noted since the last call that still lacks a valid bot its
     /// provisional one, and commits and publishes it at once; the debounced rebalance that
     /// the same events asked for improves the balance later, counting its moves from here.
-    /// Before the sources have reported, stored assignees are held (their bots may not have
-    /// reported yet): only channels that have no assignee at all are assigned.
+    /// Before the sources have reported, a stored assignee that no source has reported yet is
+    /// held (it may still be connecting); one reported offline is replaced like later.
     fn assign_provisionally(&mut self) {
         if self.unattended.is_empty() {
             return;
