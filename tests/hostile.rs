@@ -226,9 +226,11 @@ fn a_bot_reporting_new_groups_at_every_reconnect_costs_bounded_memory() {
             .any(|b| b["bot"] == "1002")
     );
     sims.bot(1002).stop();
-    std::thread::sleep(Duration::from_secs(3));
-    support::post(&format!("{api}/v1/rebalance"), None, &json!({}));
+    // Forgetting happens at a run: each look asks for one, until a run comes after 1002 has
+    // been offline for longer than forgetBotsAfter.
     eventually("1002 forgotten", WAIT, || {
+        support::post(&format!("{api}/v1/rebalance"), None, &json!({}));
+        std::thread::sleep(Duration::from_millis(200));
         !bots(&api)
             .as_array()
             .unwrap()
