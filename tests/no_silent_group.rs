@@ -266,21 +266,26 @@ fn a_first_start_is_answered_before_the_reporters_startup_wait() {
             .is_ok_and(|r| r.status() == 200)
     });
     let reported = Instant::now();
-    let mut response = support::http()
-        .put(format!("{api}/v1/fleet/reporters/koishi"))
-        .send_json(json!({ "bots": bots }))
-        .unwrap();
-    let status = response.status().as_u16();
-    assert_eq!(status, 200, "{:?}", response.body_mut().read_to_string());
+    // The reporter's full state; then messages for `ticks` rounds, all before the first
+    // rebalance, which waits for startupWait.
+    let report_then_measure = |bots: &[serde_json::Value], traffic: &Traffic, ticks: usize| {
+        let mut response = support::http()
+            .put(format!("{api}/v1/fleet/reporters/koishi"))
+            .send_json(json!({ "bots": bots }))
+            .unwrap();
+        let status = response.status().as_u16();
+        assert_eq!(status, 200, "{:?}", response.body_mut().read_to_string());
+        traffic.wait_ticks(ticks);
+        let f = traffic.take();
+        assert!(
+            db.history().is_empty() && reported.elapsed() < Duration::from_secs(10),
+            "the first rebalance still waits: {:?}",
+            db.history()
+        );
+        f
+    };
     let traffic = Traffic::start(db.clone(), api.clone(), Fleet::new(&SPECS));
-    traffic.wait_ticks(15);
-    let f = traffic.take();
-    assert!(
-        db.history().is_empty() && reported.elapsed() < Duration::from_secs(10),
-        "the first rebalance still waits: {:?}",
-        db.history()
-    );
-    assert_quiet("first start", &f);
+    assert_quiet("first start", &report_then_measure(&bots, &traffic, 15));
     assert_eq!(db.channels("onebot").len(), 12);
 
     // A bot the reporter says has logged out, still within startupWait: its groups get a bot
@@ -288,21 +293,10 @@ fn a_first_start_is_answered_before_the_reporters_startup_wait() {
     let mut bots = bots;
     bots[1]["online"] = json!(false);
     traffic.fleet.lock().logged_in.remove(&1002);
-    let status = support::http()
-        .put(format!("{api}/v1/fleet/reporters/koishi"))
-        .send_json(json!({ "bots": bots }))
-        .unwrap()
-        .status()
-        .as_u16();
-    assert_eq!(status, 200);
-    traffic.wait_ticks(10);
-    let f = traffic.take();
-    assert!(
-        db.history().is_empty() && reported.elapsed() < Duration::from_secs(10),
-        "the first rebalance still waits: {:?}",
-        db.history()
+    assert_quiet(
+        "logout during startupWait",
+        &report_then_measure(&bots, &traffic, 10),
     );
-    assert_quiet("logout during startupWait", &f);
     assert!(db.channels("onebot").values().all(|b| b != "1002"));
     drop(traffic);
     drop(service);

@@ -96,7 +96,7 @@ sources:
         let mut n = 1;
         loop {
             wait_for_runs(&db, n, &mut child.0).await?;
-            let (assigned, _, _) = last_run_moves(&db).await?;
+            let assigned = last_run(&db).await?.channels;
             let to_first = started.elapsed();
             if assigned as usize == channels.len() {
                 println!(
@@ -158,9 +158,9 @@ sources:
             let mut n = runs + 1;
             let (forced, voluntary) = loop {
                 wait_for_runs(&db, n, &mut child.0).await?;
-                let (causes, forced, voluntary) = last_run(&db).await?;
-                if causes.contains("bot-offline") || causes.contains("bot-status") {
-                    break (forced, voluntary);
+                let run = last_run(&db).await?;
+                if run.causes.contains("bot-offline") || run.causes.contains("bot-status") {
+                    break (run.forced, run.voluntary);
                 }
                 n += 1;
             };
@@ -246,28 +246,28 @@ async fn run_count(db: &Path) -> anyhow::Result<i64> {
     Ok(count)
 }
 
-/// (channels, forced, voluntary) of the last rebalance.
-async fn last_run_moves(db: &Path) -> anyhow::Result<(i64, i64, i64)> {
-    let pool = open(db).await?;
-    let row = sqlx::query_as(
-        "SELECT channels, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id DESC LIMIT 1",
-    )
-    .fetch_one(&pool)
-    .await?;
-    pool.close().await;
-    Ok(row)
+/// The last rebalance record: its channels, causes, forced and voluntary moves.
+struct LastRun {
+    channels: i64,
+    causes: String,
+    forced: i64,
+    voluntary: i64,
 }
 
-/// (causes, forced, voluntary) of the last rebalance.
-async fn last_run(db: &Path) -> anyhow::Result<(String, i64, i64)> {
+async fn last_run(db: &Path) -> anyhow::Result<LastRun> {
     let pool = open(db).await?;
-    let row = sqlx::query_as(
-        "SELECT causes, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id DESC LIMIT 1",
+    let (channels, causes, forced, voluntary) = sqlx::query_as(
+        "SELECT channels, causes, moved_forced, moved_voluntary FROM auto_assign_rebalance ORDER BY id DESC LIMIT 1",
     )
     .fetch_one(&pool)
     .await?;
     pool.close().await;
-    Ok(row)
+    Ok(LastRun {
+        channels,
+        causes,
+        forced,
+        voluntary,
+    })
 }
 
 /// A channel assigned to `bot`, if any.
