@@ -4,6 +4,13 @@
 //! (compared in constant time). Bodies are capped; malformed JSON and missing or mistyped
 //! fields get a 400 with a JSON error naming the field; an unreachable Redis never makes a
 //! 500: the answer says which fallback decided.
+//!
+//! One file per resource: [`ingress`] (the hot route and the server's own front), `assignments`
+//! (the assignment and its stream, bots, explain, rebalance), `fleet` (reporters), `status`
+//! (health, history, metrics, the dashboard), `gates`; [`settings`] is the `api:` section;
+//! `shared` and `body` are what the routes share. The API reads the service's parts' status
+//! through [`crate::status::Status`] and asks the engine through its
+//! [`crate::engine::control::Handle`].
 
 mod assignments;
 mod body;
@@ -19,7 +26,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
-use axum::middleware::{self};
+use axum::middleware;
 use axum::routing::{get, post};
 
 pub use ingress::App;
