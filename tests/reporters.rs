@@ -218,8 +218,14 @@ fn the_stream_sends_a_snapshot_then_numbered_changes() {
     eventually("1001's groups moved", Duration::from_secs(10), || {
         !assignments(api).values().any(|b| b == "1001")
     });
+    let mut presences = Vec::new();
     while mirror != assignments(api) {
         let (event, changes) = stream.recv_timeout(Duration::from_secs(5)).unwrap();
+        if event == "presence" {
+            // Unversioned, beside the changes: the bot that went.
+            presences.push(changes);
+            continue;
+        }
         assert_eq!(event, "changes");
         version += 1;
         assert_eq!(
@@ -236,6 +242,12 @@ fn the_stream_sends_a_snapshot_then_numbered_changes() {
         }
     }
     assert!(!mirror.values().any(|b| b == "1001"));
+    for presence in presences {
+        assert_eq!(
+            presence,
+            json!({"platform": "onebot", "bot": "1001", "online": false})
+        );
+    }
 
     // The stream ends when the service stops.
     service.stop().unwrap();

@@ -216,18 +216,21 @@ async def _refresh_fleet() -> None:
         if client is None or client.closed:
             return
         state = runtime.state
-        told = runtime.reporter.all_sent()
+        reporter = runtime.reporter
+        told, queued = reporter.all_sent(), reporter.queued
         since = state.presences
         try:
             state.set_fleet(await client.bots(), since)
         except (Unreachable, Rejected, ValueError, KeyError, TypeError):
             pass  # the last read stays; the stream's handler logs outages
         else:
-            if told and state.fleet is not None:
+            # Only a list read after everything we reported counts: a bot that left while
+            # the request was under way is still online in it.
+            if told and reporter.queued == queued and state.fleet is not None:
                 # Bots of ours that left and that the service, told so, still has online:
                 # they run elsewhere now.
                 for bot in [b for b in state.ours if state.fleet.get(b)]:
-                    if bot not in driver.bots and bot not in runtime.reporter.groups:
+                    if bot not in driver.bots and bot not in reporter.groups:
                         state.ours.discard(bot)
         await anyio.sleep(0.2)
 

@@ -123,6 +123,12 @@ class Reporter:
     def all_sent(self) -> bool:
         return self._sent >= self._seq and not self._need_full
 
+    @property
+    def queued(self) -> int:
+        """How many changes were queued so far: a reading taken before a request and compared
+        after it tells whether a change happened meanwhile."""
+        return self._seq
+
     async def wait_sent(self, timeout: float) -> bool:
         """Waits (at most ``timeout`` s) until every change queued so far has been sent; not at
         all while the service cannot be reached."""
