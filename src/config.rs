@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use crate::api::settings as api;
 use crate::balance::provisional::Provisional;
-use crate::balance::{Rules, Strategy};
+use crate::balance::{BalanceBy, Rules, Strategy};
 use crate::leader::settings as leadership;
 use crate::outputs::redis;
 use crate::pallas::claim;
@@ -25,7 +25,8 @@ use crate::pallas::federate::settings as federate;
 use crate::source;
 use crate::store;
 use crate::triggers::{CronExpr, TriggerDelays};
-use crate::yaml::{self, NonEmpty, Seconds};
+use crate::weights;
+use crate::yaml::{self, NonEmpty, Quantity, Seconds};
 pub use crate::yaml::{AtLeast, FileError};
 
 /// The whole configuration, with defaults filled in and paths resolved against the config
@@ -40,6 +41,8 @@ pub struct Config {
     pub balance_cron: Option<CronExpr>,
     pub rules: Rules,
     pub strategy: Strategy,
+    /// How channel weights are measured (`rules` holds the floor and minGain too).
+    pub weights: weights::Settings,
     pub delays: TriggerDelays,
     /// Whether channels left without a valid bot get one at once, or with the rebalance.
     pub provisional: Provisional,
@@ -110,6 +113,14 @@ struct Raw {
     channel_bot_priority: BTreeMap<NonEmpty, Vec<NonEmpty>>,
     #[serde(default)]
     strategy: Strategy,
+    #[serde(default)]
+    balance_by: BalanceBy,
+    #[serde(default)]
+    bot_capacity: BTreeMap<NonEmpty, Quantity>,
+    #[serde(default)]
+    channel_weights: BTreeMap<NonEmpty, Quantity>,
+    #[serde(default)]
+    weights: weights::Settings,
     #[serde(default)]
     trigger_delays: TriggerDelays,
     #[serde(default)]
@@ -203,8 +214,22 @@ impl Config {
                     .map(|(k, v)| (k.0, strings(v)))
                     .collect(),
                 exclude: strings(raw.exclude_channels),
+                balance_by: raw.balance_by,
+                capacity: raw
+                    .bot_capacity
+                    .into_iter()
+                    .map(|(k, v)| (k.0, v.get()))
+                    .collect(),
+                channel_weights: raw
+                    .channel_weights
+                    .into_iter()
+                    .map(|(k, v)| (k.0, v.get()))
+                    .collect(),
+                weight_floor: raw.weights.floor.get(),
+                min_gain: raw.weights.min_gain.get(),
             },
             strategy: raw.strategy,
+            weights: raw.weights,
             delays: raw.trigger_delays,
             provisional: raw.provisional,
             forget_bots_after: raw.forget_bots_after.get(),

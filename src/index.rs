@@ -233,6 +233,9 @@ pub struct PlatformIndex {
     members: Vec<Members>,
     assignee: Vec<BotIx>,
     load: Vec<u32>,
+    /// Each channel's weight: its message rate as measured (or as a snapshot gives it), 0 when
+    /// unknown. Only `balanceBy: messages` plans with it.
+    weight: Vec<f32>,
     /// Channels nobody is in and nobody is assigned, counted as they change: the engine asks
     /// after every plan, and a scan of every channel cost more than the rest of its work.
     forgettable: usize,
@@ -251,6 +254,7 @@ impl PlatformIndex {
             members: Vec::new(),
             assignee: Vec::new(),
             load: Vec::new(),
+            weight: Vec::new(),
             forgettable: 0,
             assignee_version: 0,
             journal: Journal::default(),
@@ -305,6 +309,28 @@ impl PlatformIndex {
     }
 
     /// Number of channels currently assigned to a bot.
+    /// The channel's measured weight (0 when nothing was measured).
+    pub fn weight(&self, channel: ChanIx) -> f64 {
+        self.weight[channel as usize] as f64
+    }
+
+    pub fn set_weight(&mut self, channel: ChanIx, weight: f64) {
+        self.weight[channel as usize] = weight as f32;
+    }
+
+    /// Multiplies every channel's weight by `factor` (a decay).
+    pub fn scale_weights(&mut self, factor: f64) {
+        let factor = factor as f32;
+        for w in &mut self.weight {
+            *w *= factor;
+        }
+    }
+
+    /// Whether any channel has a measured weight.
+    pub fn has_weights(&self) -> bool {
+        self.weight.iter().any(|&w| w > 0.0)
+    }
+
     pub fn load(&self, bot: BotIx) -> u32 {
         self.load[bot as usize]
     }
@@ -355,6 +381,7 @@ impl PlatformIndex {
         }
         self.members.push(Members::new());
         self.assignee.push(UNASSIGNED);
+        self.weight.push(0.0);
         self.forgettable += 1;
         Ok(ix)
     }
@@ -530,6 +557,7 @@ impl PlatformIndex {
                 fresh.bot_channels[b as usize].push(nc);
             }
             fresh.members[nc as usize] = members;
+            fresh.weight[nc as usize] = self.weight[c];
             if let Some(b) = assignee {
                 fresh.assignee[nc as usize] = b;
                 fresh.load[b as usize] += 1;

@@ -59,4 +59,5 @@ pub mod testkit;
 pub(crate) mod triggers;
 pub(crate) mod view;
 pub(crate) mod watch;
+pub(crate) mod weights;
 pub(crate) mod yaml;

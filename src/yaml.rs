@@ -295,6 +295,49 @@ impl<'de, const MIN: u64> serde::Deserialize<'de> for AtLeast<MIN> {
     }
 }
 
+/// A non-negative number no larger than `MAX` (weights, capacities, ratios): a negative, a
+/// non-number, infinity or an absurd size is refused with the value it got.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Amount<const MAX: u64>(pub f64);
+
+/// A weight or a capacity: messages per day or channels, up to a trillion.
+pub type Quantity = Amount<1_000_000_000_000>;
+
+impl<const MAX: u64> Amount<MAX> {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    pub fn new(v: f64) -> Result<Self, String> {
+        if !v.is_finite() || v < 0.0 || v > MAX as f64 {
+            return Err(format!("must be a number from 0 to {MAX} (got {v})"));
+        }
+        Ok(Amount(v))
+    }
+}
+
+impl<'de, const MAX: u64> serde::Deserialize<'de> for Amount<MAX> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<const M: u64>;
+        impl<const M: u64> Visitor<'_> for V<M> {
+            type Value = Amount<M>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a number from 0 to {M}")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Amount<M>, E> {
+                Amount::new(v).map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Amount<M>, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Amount<M>, E> {
+                self.visit_f64(v as f64)
+            }
+        }
+        d.deserialize_f64(V::<MAX>)
+    }
+}
+
 /// A value checked by `check` while the parser is on it: `S: From<String>` strings that must
 /// pass a test, e.g. a socket address or a URL scheme. `check` gets the text and returns the
 /// error message.

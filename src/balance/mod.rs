@@ -8,13 +8,16 @@
 //!   difference.
 //!
 //! Strategies: [`Strategy::Optimal`] (least Σ load², then fewest moves, both exact) and
-//! [`Strategy::Greedy`] (the Koishi plugin's algorithm).
+//! [`Strategy::Greedy`] (the Koishi plugin's algorithm). What the optimal strategy balances is
+//! the rules' [`BalanceBy`]: channels (exact, within capacities) or messages ([`weighted`]:
+//! each channel weighs its message rate; a plan with a certified gap).
 
 pub(crate) mod greedy;
 mod optimal;
 pub mod provisional;
 pub mod rules;
 pub mod stats;
+pub mod weighted;
 
 use std::fmt::Write as _;
 
@@ -22,8 +25,9 @@ use rustc_hash::FxHashMap;
 
 /// The index the planner reads, re-exported: its types appear in every plan.
 pub use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
-pub use rules::{Resolved, Rules};
+pub use rules::{BalanceBy, Resolved, Rules};
 pub use stats::LoadStats;
+pub use weighted::Certificate;
 
 #[derive(
     Clone,
@@ -81,6 +85,15 @@ pub struct PlatformPlan {
     /// Channels with no valid bot.
     pub unassigned: usize,
     pub stats: LoadStats,
+    /// What the loads count.
+    pub balance_by: BalanceBy,
+    /// Each online bot's weighted load (the weights of its channels: their message rates),
+    /// in bot index order.
+    pub weighted_loads: Vec<(BotIx, f64)>,
+    /// Bots over their capacity, by how much (in the unit of `balance_by`).
+    pub excess: Vec<(BotIx, f64)>,
+    /// How close a `balanceBy: messages` plan is to the best (None otherwise).
+    pub certificate: Option<Certificate>,
 }
 
 impl PlatformPlan {
@@ -123,7 +136,48 @@ impl PlatformPlan {
             s.min,
             s.max
         );
+        if let Some(c) = &self.certificate {
+            let _ = write!(
+                line,
+                "; Σ weighted load² {:.6e}, lower bound {:.6e}, gap {:.3}%{}{}",
+                c.sum_sq,
+                c.lower_bound,
+                100.0 * c.gap(),
+                if c.exact { " (exact)" } else { "" },
+                if c.held_back {
+                    " (voluntary moves held back: below minGain)"
+                } else {
+                    ""
+                }
+            );
+        }
+        if !self.excess.is_empty() {
+            let over: Vec<String> = self
+                .excess
+                .iter()
+                .take(SHOWN)
+                .map(|&(b, e)| format!("{} +{e:.1}", index.bot_id(b)))
+                .collect();
+            let more = self.excess.len().saturating_sub(SHOWN);
+            let more = if more > 0 {
+                format!(", … {more} more")
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                line,
+                "; over capacity by {:.1} {}: [{}{more}]",
+                self.total_excess(),
+                self.balance_by,
+                over.join(", ")
+            );
+        }
         line
+    }
+
+    /// The total load over capacities (0 when every bot is within its capacity).
+    pub fn total_excess(&self) -> f64 {
+        self.excess.iter().map(|&(_, e)| e).sum()
     }
 }
 
@@ -147,16 +201,34 @@ pub fn plan(index: &FleetIndex, rules: &Rules, strategy: Strategy) -> Plan {
         .filter(|p| rules.platform_enabled(p.name()))
         .map(|p| {
             let resolved = rules.resolve(p);
-            let outcome = match strategy {
-                Strategy::Greedy => Outcome::Full(greedy::assign(p, &resolved)),
-                Strategy::Optimal => Outcome::Full(optimal::State::build(p, &resolved, false).1),
-            };
-            finish(p, &resolved, outcome)
+            let (outcome, certificate) = plan_afresh(p, &resolved, strategy);
+            finish(p, &resolved, outcome, certificate)
         })
         .collect();
     Plan {
         strategy,
         platforms,
+    }
+}
+
+/// A plan of one platform from scratch, keeping no state.
+fn plan_afresh(
+    p: &PlatformIndex,
+    resolved: &Resolved,
+    strategy: Strategy,
+) -> (Outcome, Option<Certificate>) {
+    match (strategy, resolved.balance_by) {
+        (Strategy::Greedy, _) => (Outcome::Full(greedy::assign(p, resolved)), None),
+        (Strategy::Optimal, BalanceBy::Channels) => (
+            Outcome::Full(optimal::State::build(p, resolved, false).1),
+            None,
+        ),
+        (Strategy::Optimal, BalanceBy::Messages) => {
+            let (assignee, certificate) = weighted::plan(p, resolved, || {
+                optimal::State::build(p, resolved, false).1
+            });
+            (Outcome::Full(assignee), Some(certificate))
+        }
     }
 }
 
@@ -268,15 +340,24 @@ impl Planner {
                 resolved,
                 ..
             } = remembered;
+            // Plans that keep no state: greedy's; a small platform's (there a full plan costs a
+            // few hundredths of a millisecond, and keeping the state for an incremental
+            // re-plan costs as much as the re-plan saves); one within capacities or balancing
+            // messages (weights change between every two plans, and capacities change the
+            // costs the remembered state was priced with).
+            let afresh = self.strategy == Strategy::Greedy
+                || p.channel_count() <= self.small_platform
+                || resolved.has_capacities()
+                || resolved.balance_by == BalanceBy::Messages;
+            let mut certificate = None;
             let outcome = match self.strategy {
-                Strategy::Greedy => Outcome::Full(greedy::assign(p, &resolved)),
-                // A small platform is planned from scratch every time, keeping no state:
-                // there a full plan costs a few hundredths of a millisecond, and keeping the
-                // state for an incremental re-plan costs as much as the re-plan saves.
-                Strategy::Optimal if p.channel_count() <= self.small_platform => {
+                _ if afresh => {
                     state = None;
-                    Outcome::Full(optimal::State::build(p, &resolved, false).1)
+                    let (outcome, c) = plan_afresh(p, &resolved, self.strategy);
+                    certificate = c;
+                    outcome
                 }
+                Strategy::Greedy => unreachable!("greedy plans afresh"),
                 Strategy::Optimal => {
                     let incremental = state
                         .as_mut()
@@ -291,7 +372,7 @@ impl Planner {
                     })
                 }
             };
-            let plan = finish(p, &resolved, outcome);
+            let plan = finish(p, &resolved, outcome, certificate);
             for &(c, bot) in &plan.changes {
                 p.set_assignee(c, bot);
             }
@@ -314,7 +395,12 @@ impl Planner {
 }
 
 /// Compares a strategy's outcome with the index's assignment: changes, moves, statistics.
-fn finish(p: &PlatformIndex, resolved: &Resolved, outcome: Outcome) -> PlatformPlan {
+fn finish(
+    p: &PlatformIndex,
+    resolved: &Resolved,
+    outcome: Outcome,
+    certificate: Option<Certificate>,
+) -> PlatformPlan {
     let excluded: Vec<ChanIx> = resolved.excluded().collect();
     // Loads of the previous assignment without excluded channels, updated by the changes.
     let mut load: Vec<u32> = (0..p.bot_count() as BotIx).map(|b| p.load(b)).collect();
@@ -360,6 +446,10 @@ fn finish(p: &PlatformIndex, resolved: &Resolved, outcome: Outcome) -> PlatformP
         excluded,
         unassigned,
         stats: LoadStats::new(Vec::new()),
+        balance_by: resolved.balance_by,
+        weighted_loads: Vec::new(),
+        excess: Vec::new(),
+        certificate,
     };
     for (c, new) in candidates {
         let previous = p.assignee(c);
@@ -393,7 +483,47 @@ fn finish(p: &PlatformIndex, resolved: &Resolved, outcome: Outcome) -> PlatformP
         .map(|b| (b, load[b as usize]))
         .collect();
     plan.stats = LoadStats::new(loads);
+    weigh(p, resolved, &mut plan);
     plan
+}
+
+/// The plan's weighted loads and its bots over capacity. Weighted loads are summed only when
+/// messages are balanced or some channel has a measured weight: otherwise every channel
+/// weighs the floor and they say nothing the counts do not.
+fn weigh(p: &PlatformIndex, resolved: &Resolved, plan: &mut PlatformPlan) {
+    let changed: FxHashMap<ChanIx, Option<BotIx>> = plan.changes.iter().copied().collect();
+    let after = |c: ChanIx| changed.get(&c).copied().unwrap_or_else(|| p.assignee(c));
+    let measured = resolved.balance_by == BalanceBy::Messages
+        || (0..p.channel_count() as ChanIx).any(|c| p.weight(c) > 0.0);
+    let mut weighted = vec![0.0f64; p.bot_count()];
+    if measured {
+        for c in 0..p.channel_count() as ChanIx {
+            if let Some(b) = after(c).filter(|_| !resolved.is_excluded(c)) {
+                weighted[b as usize] += resolved.weight(p, c);
+            }
+        }
+    }
+    plan.weighted_loads = plan
+        .stats
+        .loads
+        .iter()
+        .map(|&(b, _)| (b, weighted[b as usize]))
+        .collect();
+    if resolved.has_capacities() {
+        plan.excess = plan
+            .stats
+            .loads
+            .iter()
+            .filter_map(|&(b, count)| {
+                let cap = resolved.capacity(b)?;
+                let load = match resolved.balance_by {
+                    BalanceBy::Channels => count as f64,
+                    BalanceBy::Messages => weighted[b as usize],
+                };
+                (load > cap + 1e-9 * cap.abs().max(1.0)).then(|| (b, load - cap))
+            })
+            .collect();
+    }
 }
 
 #[cfg(test)]
@@ -559,6 +689,7 @@ mod tests {
             enabled_platforms: vec!["onebot".into()],
             priority: [("onebot:g0".to_owned(), vec!["1003".to_owned()])].into(),
             exclude: vec!["g1".into()],
+            ..Rules::default()
         };
         let plan = plan(&index, &rules, Strategy::Optimal);
         assert_eq!(plan.platforms.len(), 1, "discord is not enabled");

@@ -1,4 +1,5 @@
-//! The rules every strategy obeys: enabled platforms, priority lists and exclusions.
+//! The rules every strategy obeys: enabled platforms, priority lists and exclusions; and what
+//! the optimal strategy balances: channels or messages, within each bot's capacity.
 //!
 //! Keys may be full (`onebot:123`) or short (`123`, meaning that channel on any enabled
 //! platform); a full key wins over a short one. Bot entries of a priority list may likewise be
@@ -12,7 +13,7 @@ use rustc_hash::FxHashMap;
 use crate::index::{BotIx, ChanIx, PlatformIndex};
 use crate::model::split_key;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Rules {
     /// Platforms whose bots are balanced; empty means every platform.
     pub enabled_platforms: Vec<String>,
@@ -20,6 +21,63 @@ pub struct Rules {
     pub priority: BTreeMap<String, Vec<String>>,
     /// Channel keys never assigned or changed.
     pub exclude: Vec<String>,
+    /// What a bot's load counts.
+    pub balance_by: BalanceBy,
+    /// Bot key → the most load it should carry, in the unit of `balance_by`.
+    pub capacity: BTreeMap<String, f64>,
+    /// Channel key → a weight the admin pinned, instead of the measured one.
+    pub channel_weights: BTreeMap<String, f64>,
+    /// The least weight a channel counts with (a silent group still costs its bot something).
+    pub weight_floor: f64,
+    /// The least relative drop of Σ (weighted load)² that a run must reach before it moves a
+    /// channel voluntarily (`balanceBy: messages` only: weights drift all the time).
+    pub min_gain: f64,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules {
+            enabled_platforms: Vec::new(),
+            priority: BTreeMap::new(),
+            exclude: Vec::new(),
+            balance_by: BalanceBy::Channels,
+            capacity: BTreeMap::new(),
+            channel_weights: BTreeMap::new(),
+            weight_floor: 1.0,
+            min_gain: 0.01,
+        }
+    }
+}
+
+/// What a bot's load counts (`balanceBy`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Deserialize,
+    serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum BalanceBy {
+    /// The channels it answers in: least Σ load², exact.
+    #[default]
+    Channels,
+    /// The messages of those channels (each channel weighs its message rate): least
+    /// Σ (weighted load)², with a certified gap to a lower bound.
+    Messages,
+}
+
+impl std::fmt::Display for BalanceBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BalanceBy::Channels => "channels",
+            BalanceBy::Messages => "messages",
+        })
+    }
 }
 
 impl Rules {
@@ -70,16 +128,39 @@ impl Rules {
         for &c in excluded.iter().chain(priority.keys()) {
             flagged[c as usize / 64] |= 1 << (c % 64);
         }
+        // Capacities and pinned weights: a full key wins over a short one, as above.
+        let mut capacity: FxHashMap<BotIx, (bool, f64)> = FxHashMap::default();
+        for (key, &cap) in &self.capacity {
+            if let Some(b) = bot_of(key) {
+                let full = split_key(key).is_some();
+                if full || !capacity.get(&b).is_some_and(|&(f, _)| f) {
+                    capacity.insert(b, (full, cap));
+                }
+            }
+        }
+        let mut weights: FxHashMap<ChanIx, (bool, f64)> = FxHashMap::default();
+        for (key, &w) in &self.channel_weights {
+            if let Some((c, full)) = channel_of(key)
+                && (full || !weights.get(&c).is_some_and(|&(f, _)| f))
+            {
+                weights.insert(c, (full, w));
+            }
+        }
         Resolved {
             excluded,
             priority: priority.into_iter().map(|(c, (_, l))| (c, l)).collect(),
             flagged,
+            balance_by: self.balance_by,
+            capacity: capacity.into_iter().map(|(b, (_, c))| (b, c)).collect(),
+            weights: weights.into_iter().map(|(c, (_, w))| (c, w)).collect(),
+            weight_floor: self.weight_floor,
+            min_gain: self.min_gain,
         }
     }
 }
 
 /// Rules resolved for one platform.
-#[derive(Default, Debug, Clone, PartialEq, Eq)]
+#[derive(Default, Debug, Clone, PartialEq)]
 pub struct Resolved {
     /// Ascending.
     excluded: Vec<ChanIx>,
@@ -87,6 +168,11 @@ pub struct Resolved {
     /// One bit per channel: excluded or with a priority list. Most channels are neither, and
     /// the bit answers for them without a look-up (a plan asks for every channel).
     flagged: Vec<u64>,
+    pub balance_by: BalanceBy,
+    capacity: FxHashMap<BotIx, f64>,
+    weights: FxHashMap<ChanIx, f64>,
+    pub weight_floor: f64,
+    pub min_gain: f64,
 }
 
 impl Resolved {
@@ -94,6 +180,28 @@ impl Resolved {
         self.flagged
             .get(channel as usize / 64)
             .is_some_and(|w| w >> (channel % 64) & 1 == 1)
+    }
+
+    /// The bot's capacity, if it has one (in the unit of `balance_by`).
+    pub fn capacity(&self, bot: BotIx) -> Option<f64> {
+        self.capacity.get(&bot).copied()
+    }
+
+    pub fn has_capacities(&self) -> bool {
+        !self.capacity.is_empty()
+    }
+
+    /// The weight a channel counts with: the admin's, else the measured one, at least the floor.
+    pub fn weight(&self, index: &PlatformIndex, channel: ChanIx) -> f64 {
+        match self.weights.get(&channel) {
+            Some(&pinned) => pinned,
+            None => index.weight(channel).max(self.weight_floor),
+        }
+    }
+
+    /// Whether an admin pinned the channel's weight.
+    pub fn weight_pinned(&self, channel: ChanIx) -> bool {
+        self.weights.contains_key(&channel)
     }
 
     pub fn is_excluded(&self, channel: ChanIx) -> bool {

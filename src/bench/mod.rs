@@ -23,6 +23,7 @@ mod planio;
 mod rate;
 mod takeover;
 mod view;
+mod weighted;
 
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,10 @@ pub struct Args {
     /// instance with its SimpleMinCostFlow side by side.
     #[arg(long, requires = "plan_io", default_value = "python3")]
     pub ortools: std::path::PathBuf,
+    /// Instead: `balanceBy: messages` on the fleets with Zipf-distributed weights: time against
+    /// the count-balanced plan, the certified gap, and moves per run while weights drift.
+    #[arg(long)]
+    pub weighted: bool,
     /// Instead: one fleet of 10,000,000 channels / 20,000 bots / ~28.5M memberships.
     #[arg(long)]
     pub huge: bool,
@@ -96,6 +101,9 @@ pub fn run(args: &Args) -> bool {
         return takeover::run(args.kills)
             .inspect_err(|e| eprintln!("error: {e:#}"))
             .is_ok();
+    }
+    if args.weighted {
+        return weighted::run(args.seed, args.quick, args.only.as_deref());
     }
     if args.plan_io {
         return planio::run(args.seed, args.baseline.as_deref(), &args.ortools)

@@ -16,6 +16,11 @@
 //! turning negative under its new price, is settled first without a search (what that search
 //! would have found, one unit at a time).
 //! Because the invariant survives between plans, a later plan only routes what changed.
+//!
+//! A bot's capacity makes each unit past it dearer by a penalty larger than any difference of
+//! Σ load² two placements can have (more than n² for n channels): the marginal costs stay
+//! increasing, so the cost stays convex and everything above holds, and the optimum puts the
+//! least excess over capacities first, then Σ load², then moves.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -62,6 +67,11 @@ impl Sub for Cost {
     }
 }
 
+/// The cost of a bot's `j`-th unit to T: `2j − 1`, and `penalty` past its capacity `cap`.
+fn unit_cost(j: i64, cap: i64, penalty: i64) -> Cost {
+    Cost::load(2 * j - 1 + if j > cap { penalty } else { 0 })
+}
+
 /// What crossing a residual arc does.
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -100,6 +110,9 @@ pub(crate) struct Flow {
     pub active: Vec<bool>,
     /// Σ f, kept while settling so the sink's imbalance is O(1).
     sum_f: i64,
+    /// Each node's capacity (`i64::MAX`: none) and what a unit past it costs more.
+    cap: Vec<i64>,
+    penalty: i64,
 }
 
 /// Where a settle's imbalances lie.
@@ -122,9 +135,29 @@ impl Flow {
             f,
             pot,
             sink_pot: Cost::ZERO,
+            cap: vec![i64::MAX; active.len()],
             active,
             sum_f: 0,
+            penalty: 0,
         }
+    }
+
+    /// Capacities per node (`i64::MAX`: none) and the penalty of a unit past one. A bot over
+    /// its capacity sends only its capacity to T: the prices phase A gave stay valid (the arc
+    /// to T only got dearer, the refund of the capacity's unit is what it was), and the
+    /// excess is routed by the next settle.
+    pub(crate) fn with_capacities(mut self, cap: Vec<i64>, penalty: i64) -> Self {
+        for (f, &c) in self.f.iter_mut().zip(&cap) {
+            *f = (*f).min(c);
+        }
+        self.cap = cap;
+        self.penalty = penalty;
+        self
+    }
+
+    /// The cost of bot `v`'s `j`-th unit to T: `2j − 1`, and the penalty past its capacity.
+    pub(crate) fn unit(&self, v: u32, j: i64) -> Cost {
+        unit_cost(j, self.cap[v as usize], self.penalty)
     }
 
     /// The flow phase A leaves: every bot sends its load to T, at the price its level β
@@ -174,7 +207,7 @@ impl Flow {
             from: b,
             to: self.sink(),
             op: Op::ToSink,
-            cost: Cost::load(2 * self.f[b as usize] + 1),
+            cost: self.unit(b, self.f[b as usize] + 1),
         })
     }
 
@@ -184,7 +217,7 @@ impl Flow {
             from: self.sink(),
             to: b,
             op: Op::FromSink,
-            cost: Cost::load(-(2 * f - 1)),
+            cost: Cost::ZERO - self.unit(b, f),
         })
     }
 
@@ -392,6 +425,7 @@ impl Flow {
     /// at to `work`; returns whether `v` is balanced.
     fn settle_at_sink(&mut self, ex: &Exchange, v: u32, dir: Dir, work: &mut u64) -> bool {
         let (f, pot, sink) = (self.f[v as usize], self.pot[v as usize], self.sink_pot);
+        let (cap, penalty) = (self.cap[v as usize], self.penalty);
         let (own, at_sink) = (self.imbalance(ex, v), self.imbalance(ex, self.sink()));
         let units = match dir {
             Dir::Forward => own.min(-at_sink),
@@ -403,8 +437,8 @@ impl Flow {
         // `v`'s price once it sends `k` units more (forward) or fewer (backward) to the sink:
         // the nearest price to today's at which both of its sink arcs are non-negative.
         let price = |k: i64| match dir {
-            Dir::Forward => pot.min(sink - Cost::load(2 * (f + k) - 1)),
-            Dir::Backward => pot.max(sink - Cost::load(2 * (f - k) + 1)),
+            Dir::Forward => pot.min(sink - unit_cost(f + k, cap, penalty)),
+            Dir::Backward => pot.max(sink - unit_cost(f - k + 1, cap, penalty)),
         };
         // Lowering the price (forward) makes the arcs out of `v` cheaper, raising it (backward)
         // the arcs into `v`; the tightest of them bounds the price. Arcs whose cheapest

@@ -36,7 +36,7 @@ use exchange::{Exchange, Lists, NIL, SOURCE};
 use flow::{Cost, Flow};
 
 use crate::balance::Outcome;
-use crate::balance::rules::Resolved;
+use crate::balance::rules::{BalanceBy, Resolved};
 use crate::index::{BotIx, ChanIx, Journal, PlatformIndex};
 
 /// The reusable solver state of one platform. Between plans every channel in the graph is at
@@ -127,8 +127,25 @@ impl State {
         let beta = levels::settle_levels(&mut ex, &active);
         ex.sort_new_pairs();
         let mut flow = Flow::from_levels(&ex, &beta, active);
+        // Capacities (in channels): phase A ignored them; the bots over theirs keep only
+        // their capacity's worth of flow, and step 3 routes the rest.
+        let capped = resolved.has_capacities() && resolved.balance_by == BalanceBy::Channels;
+        if capped {
+            let mut cap = vec![i64::MAX; width];
+            for b in 0..index.bot_count() as BotIx {
+                if let Some(c) = resolved.capacity(b) {
+                    cap[node(b) as usize] = c.floor().max(0.0) as i64;
+                }
+            }
+            // More than any two placements' Σ load² can differ by (at most n²).
+            let n = channels as i64 + 1;
+            flow = flow.with_capacities(cap, n.saturating_mul(n));
+        }
 
         // Step 3: back home where the level allows it, then route the imbalances.
+        if capped && !has_previous {
+            flow.settle(&mut ex);
+        }
         if has_previous {
             let back = back_home(&ex, &beta);
             if back.len() > channels / 8 {
@@ -340,14 +357,14 @@ impl State {
         let mut units = fixed;
         let mut last = None;
         for &(price, c) in &offers {
-            if Cost::load(2 * units + 1) + price >= flow.sink_pot {
+            if flow.unit(v, units + 1) + price >= flow.sink_pot {
                 break;
             }
             ex.move_to(c, v);
             units += 1;
             last = Some(price);
         }
-        let floor = flow.sink_pot - Cost::load(2 * units + 1);
+        let floor = flow.sink_pot - flow.unit(v, units + 1);
         flow.active[v as usize] = true;
         flow.f[v as usize] = units;
         flow.pot[v as usize] = last.map_or(floor, |p| p.max(floor));
