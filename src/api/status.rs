@@ -76,6 +76,7 @@ pub(super) async fn healthz(State(api): State<Shared>) -> Json<Value> {
             "committed": store.is_committed(),
             "pending_rows": store.pending_rows,
             "pending_runs": store.pending_runs,
+            "pending_weights": store.pending_weights,
             "last_error": store.last_error,
             "failure": store.failure,
             "last_commit_age_sec": age(store.last_commit),

@@ -728,6 +728,7 @@ impl Engine {
                 plan.platforms.iter().map(|p| p.changes.len()).sum(),
             ),
             runs: Vec::new(),
+            weights: Vec::new(),
         };
         let mut platforms = Vec::new();
         for p in &plan.platforms {
@@ -765,6 +766,7 @@ impl Engine {
                 stddev: s.stddev,
                 min: s.min as i64,
                 max: s.max as i64,
+                gap: None,
             });
         }
         batch.runs.push(RunRecord {

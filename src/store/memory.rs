@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Batch, Failure, Fence, RunRecord, Store, StoreError};
+use super::{Batch, Failure, Fence, RunRecord, Store, StoreError, WeightWrite};
 
 #[derive(Clone, Default)]
 pub struct MemoryStore {
@@ -17,6 +17,8 @@ pub struct MemoryStore {
 struct State {
     /// (platform, channel) → assignee.
     rows: BTreeMap<(String, String), String>,
+    /// (platform, channel) → (weight, at_ms).
+    weights: BTreeMap<(String, String), (f64, i64)>,
     runs: Vec<RunRecord>,
     failing: Option<Failure>,
     commits: usize,
@@ -58,6 +60,20 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn load_weights(&self) -> Result<Vec<WeightWrite>, StoreError> {
+        Ok(self
+            .state()
+            .weights
+            .iter()
+            .map(|((platform, channel), &(weight, at_ms))| WeightWrite {
+                platform: platform.clone(),
+                channel: channel.clone(),
+                weight,
+                at_ms,
+            })
+            .collect())
+    }
+
     async fn commit(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError> {
         let mut state = self.state();
         if let Some(kind) = state.failing {
@@ -83,6 +99,12 @@ impl Store for MemoryStore {
                 (w.platform.to_string(), w.channel.to_string()),
                 w.assignee.to_string(),
             );
+        }
+        // As the SQL store: the last weight of a channel, and no weight that is not a number.
+        for w in batch.weights.iter().filter(|w| w.weight.is_finite()) {
+            state
+                .weights
+                .insert((w.platform.clone(), w.channel.clone()), (w.weight, w.at_ms));
         }
         state.runs.extend(batch.runs.iter().cloned());
         state.commits += 1;

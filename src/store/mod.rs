@@ -99,6 +99,16 @@ pub struct ChannelWrite {
     pub assignee: Arc<str>,
 }
 
+/// One channel's measured weight: its decayed message rate (messages per day) as of `at_ms`
+/// (milliseconds since the epoch). A reader decays it further by the time since `at_ms`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightWrite {
+    pub platform: String,
+    pub channel: String,
+    pub weight: f64,
+    pub at_ms: i64,
+}
+
 /// A leader's fencing token: its term, and who holds it (for the record and the logs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
@@ -112,6 +122,9 @@ pub trait Store: Send + Sync + 'static {
     fn load_assignments(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send;
+    /// Every stored channel weight, as last written (a reader decays each by the time since
+    /// its `at_ms`).
+    fn load_weights(&self) -> impl Future<Output = Result<Vec<WeightWrite>, StoreError>> + Send;
     /// Writes a batch in one transaction: all of it or nothing. With a `fence`, the
     /// transaction first raises the stored term to the fence's, and fails with
     /// [`Failure::Fenced`] (writing nothing) when the stored term is already higher: a newer
@@ -182,25 +195,31 @@ pub struct PlatformRecord {
     pub stddev: f64,
     pub min: i64,
     pub max: i64,
+    /// The plan's certified relative gap to its lower bound (`balanceBy: messages` only;
+    /// one that is not a finite number is stored as NULL, as `None` is).
+    pub gap: Option<f64>,
 }
 
-/// What one transaction writes: changed channel rows and history records.
+/// What one transaction writes: changed channel rows, channel weights and history records.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
     pub writes: Vec<ChannelWrite>,
     pub runs: Vec<RunRecord>,
+    /// At most one per (platform, channel) is written: the last one.
+    pub weights: Vec<WeightWrite>,
 }
 
 impl Batch {
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.runs.is_empty()
+        self.writes.is_empty() && self.runs.is_empty() && self.weights.is_empty()
     }
 }
 
-/// Writes not committed yet: the last assignee of each channel, and every history record, in
-/// order. Merging keeps only the latest value of a row, so an outage costs memory in the
-/// number of channels, not of plans. A batch merged into nothing pending is kept as it is (a
-/// plan's rows are distinct): the row table is built only when a second batch arrives.
+/// Writes not committed yet: the last assignee and the last weight of each channel, and every
+/// history record, in order. Merging keeps only the latest value of a row, so an outage costs
+/// memory in the number of channels, not of plans. A batch merged into nothing pending is kept
+/// as it is (a plan's rows are distinct): the row table is built only when a second batch
+/// arrives.
 #[derive(Debug, Default)]
 pub struct Pending {
     /// Each (platform, channel) at most once.
@@ -208,6 +227,61 @@ pub struct Pending {
     /// Positions in `writes` by (platform, channel); empty until a second batch is merged.
     rows: hashbrown::HashTable<usize>,
     runs: Vec<RunRecord>,
+    weights: PendingWeights,
+}
+
+/// Weights not committed yet, the last of each channel, kept the way the rows are: a batch
+/// merged into nothing pending is kept as it is, and the table is built only when a second
+/// batch arrives (a weights batch can carry every measured channel).
+#[derive(Debug, Default)]
+struct PendingWeights {
+    /// Each (platform, channel) at most once, once `rows` is built.
+    weights: Vec<WeightWrite>,
+    /// Positions in `weights` by (platform, channel); empty until a second batch is merged.
+    rows: hashbrown::HashTable<usize>,
+}
+
+impl PendingWeights {
+    fn merge(&mut self, weights: Vec<WeightWrite>) {
+        if weights.is_empty() {
+            return;
+        }
+        if self.weights.is_empty() {
+            self.weights = weights;
+            self.rows.clear();
+            return;
+        }
+        if self.rows.is_empty() {
+            // Put back one by one: a channel in the first batch twice keeps its later value.
+            let first = std::mem::take(&mut self.weights);
+            self.weights.reserve(first.len() + weights.len());
+            self.rows.reserve(first.len() + weights.len(), |_| {
+                unreachable!("the table is empty")
+            });
+            for w in first {
+                self.upsert(w);
+            }
+        }
+        for w in weights {
+            self.upsert(w);
+        }
+    }
+
+    fn upsert(&mut self, w: WeightWrite) {
+        let hash = row_hash(&w.platform, &w.channel);
+        let weights = &mut self.weights;
+        match self.rows.entry(
+            hash,
+            |&j| weights[j].platform == w.platform && weights[j].channel == w.channel,
+            |&j| row_hash(&weights[j].platform, &weights[j].channel),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(e) => weights[*e.get()] = w,
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert(weights.len());
+                weights.push(w);
+            }
+        }
+    }
 }
 
 fn row_hash(platform: &str, channel: &str) -> u64 {
@@ -216,7 +290,7 @@ fn row_hash(platform: &str, channel: &str) -> u64 {
 
 impl Pending {
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.runs.is_empty()
+        self.writes.is_empty() && self.runs.is_empty() && self.weights.weights.is_empty()
     }
 
     pub fn rows(&self) -> usize {
@@ -227,7 +301,12 @@ impl Pending {
         self.runs.len()
     }
 
-    /// Adds a later batch: its rows replace earlier values of the same rows.
+    /// Channel weights (one per channel once a second batch has been merged).
+    pub fn weights(&self) -> usize {
+        self.weights.weights.len()
+    }
+
+    /// Adds a later batch: its rows and weights replace earlier values of the same rows.
     pub fn merge(&mut self, batch: Batch) {
         if self.writes.is_empty() {
             self.writes = batch.writes;
@@ -241,6 +320,7 @@ impl Pending {
             }
         }
         self.runs.extend(batch.runs);
+        self.weights.merge(batch.weights);
     }
 
     fn index_rows(&mut self) {
@@ -303,6 +383,7 @@ impl Pending {
         self.merge(Batch {
             writes: newer.writes,
             runs: Vec::new(),
+            weights: newer.weights.weights,
         });
         self.runs.extend(newer.runs);
     }
@@ -312,11 +393,12 @@ impl Pending {
         Batch {
             writes: pending.writes,
             runs: pending.runs,
+            weights: pending.weights.weights,
         }
     }
 
     /// `onebot:100001 → 1002, onebot:100002 → (none), …`: the first `n` rows in order of
-    /// platform and channel, for a report.
+    /// platform and channel, then how many weights, for a report.
     pub fn describe_rows(&self, n: usize) -> String {
         let mut sorted: Vec<&ChannelWrite> = self.writes.iter().collect();
         sorted.sort_unstable_by(|a, b| (&a.platform, &a.channel).cmp(&(&b.platform, &b.channel)));
@@ -335,6 +417,9 @@ impl Pending {
         if self.writes.len() > n {
             shown.push(format!("… {} more", self.writes.len() - n));
         }
+        if self.weights() > 0 {
+            shown.push(format!("{} weight row(s)", self.weights()));
+        }
         shown.join(", ")
     }
 
@@ -345,5 +430,125 @@ impl Pending {
             .map(|r| format!("run at {} ms ({})", r.started_at_ms, r.causes))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weight(channel: &str, weight: f64, at_ms: i64) -> WeightWrite {
+        WeightWrite {
+            platform: "onebot".into(),
+            channel: channel.into(),
+            weight,
+            at_ms,
+        }
+    }
+
+    fn weights(batch: &[(&str, f64, i64)]) -> Batch {
+        Batch {
+            weights: batch.iter().map(|&(c, w, at)| weight(c, w, at)).collect(),
+            ..Batch::default()
+        }
+    }
+
+    /// (channel, weight, at_ms) of what `take` hands the store, by channel.
+    fn taken(pending: &mut Pending) -> Vec<(String, f64, i64)> {
+        let mut rows: Vec<(String, f64, i64)> = pending
+            .take()
+            .weights
+            .into_iter()
+            .map(|w| (w.channel, w.weight, w.at_ms))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
+    fn rows(list: &[(&str, f64, i64)]) -> Vec<(String, f64, i64)> {
+        list.iter()
+            .map(|&(c, w, at)| (c.to_owned(), w, at))
+            .collect()
+    }
+
+    /// Merged batches keep one weight per channel, the latest; a channel twice in the first
+    /// batch keeps its later value once a second batch is merged.
+    #[test]
+    fn merged_weights_keep_the_latest_of_each_channel() {
+        let mut pending = Pending::default();
+        pending.merge(weights(&[("a", 1.0, 10), ("b", 2.0, 10), ("a", 1.5, 11)]));
+        assert!(!pending.is_empty());
+        pending.merge(weights(&[("b", 3.0, 20), ("c", 4.0, 20)]));
+        pending.merge(weights(&[("c", 5.0, 30)]));
+        assert_eq!(pending.weights(), 3);
+        assert_eq!(
+            taken(&mut pending),
+            rows(&[("a", 1.5, 11), ("b", 3.0, 20), ("c", 5.0, 30)])
+        );
+        assert!(pending.is_empty());
+    }
+
+    /// An outage's memory grows with the channels, not with the batches.
+    #[test]
+    fn many_weight_batches_cost_one_row_per_channel() {
+        let mut pending = Pending::default();
+        for round in 0..50 {
+            pending.merge(Batch {
+                weights: (0..1_000)
+                    .map(|c| weight(&c.to_string(), f64::from(round), i64::from(round)))
+                    .collect(),
+                ..Batch::default()
+            });
+        }
+        assert_eq!(pending.weights(), 1_000);
+        let batch = pending.take();
+        assert!(
+            batch
+                .weights
+                .iter()
+                .all(|w| (w.weight, w.at_ms) == (49.0, 49))
+        );
+    }
+
+    /// A batch put back after a failed commit goes under what was merged since.
+    #[test]
+    fn restored_weights_go_under_newer_ones() {
+        let mut pending = Pending::default();
+        pending.merge(weights(&[("a", 1.0, 10), ("b", 2.0, 10)]));
+        let failed = pending.take();
+        pending.merge(weights(&[("b", 3.0, 20)]));
+        pending.restore(failed);
+        assert_eq!(taken(&mut pending), rows(&[("a", 1.0, 10), ("b", 3.0, 20)]));
+    }
+
+    /// Weights and channel rows merge side by side: neither replaces the other, and a batch of
+    /// weights alone is something to write.
+    #[test]
+    fn weights_and_rows_merge_side_by_side() {
+        let write = |channel: &str, bot: &str| ChannelWrite {
+            platform: "onebot".into(),
+            channel: channel.into(),
+            assignee: bot.into(),
+        };
+        assert!(!weights(&[("a", 1.0, 1)]).is_empty());
+        let mut pending = Pending::default();
+        pending.merge(Batch {
+            writes: vec![write("a", "1"), write("b", "2")],
+            ..Batch::default()
+        });
+        pending.merge(weights(&[("a", 7.0, 5)]));
+        pending.merge(Batch {
+            writes: vec![write("a", "3")],
+            weights: vec![weight("z", 1.0, 6)],
+            ..Batch::default()
+        });
+        assert_eq!((pending.rows(), pending.weights()), (2, 2));
+        assert_eq!(
+            pending.describe_rows(10),
+            "onebot:a → 3, onebot:b → 2, 2 weight row(s)"
+        );
+        let batch = pending.take();
+        assert_eq!(batch.writes, [write("a", "3"), write("b", "2")]);
+        assert_eq!(batch.weights, [weight("a", 7.0, 5), weight("z", 1.0, 6)]);
     }
 }

@@ -25,6 +25,8 @@ pub struct WriteStatus {
     /// Rows and history records waiting to be committed.
     pub pending_rows: usize,
     pub pending_runs: usize,
+    /// Channel weights waiting to be committed.
+    pub pending_weights: usize,
     /// The last failure, while failing.
     pub last_error: Option<String>,
     /// Whether the last failure can go away by itself (`outage`) or needs a fix (`rejected`).
@@ -42,7 +44,10 @@ pub struct WriteStatus {
 impl WriteStatus {
     /// Nothing waits and nothing fails.
     pub fn is_committed(&self) -> bool {
-        self.pending_rows == 0 && self.pending_runs == 0 && self.last_error.is_none()
+        self.pending_rows == 0
+            && self.pending_runs == 0
+            && self.pending_weights == 0
+            && self.last_error.is_none()
     }
 }
 
@@ -289,6 +294,7 @@ async fn commit<S: Store>(
     status.send_modify(|s| {
         s.pending_rows = batch.writes.len();
         s.pending_runs = batch.runs.len();
+        s.pending_weights = batch.weights.len();
     });
     let started = std::time::Instant::now();
     let committed = match tokio::time::timeout(limit, store.commit(&batch, fence)).await {
@@ -332,6 +338,7 @@ fn publish(
     status.send_modify(|s| {
         s.pending_rows = pending.rows();
         s.pending_runs = pending.runs();
+        s.pending_weights = pending.weights();
         if let Some((kind, message)) = failure {
             if s.failing_since.is_none() {
                 s.failing_since = Some(clock.system_time());
@@ -346,7 +353,7 @@ fn publish(
 mod tests {
     use super::*;
     use crate::store::memory::MemoryStore;
-    use crate::store::{ChannelWrite, RunRecord};
+    use crate::store::{ChannelWrite, RunRecord, WeightWrite};
 
     fn batch(rows: &[(&str, &str)], run: i64) -> Batch {
         Batch {
@@ -366,6 +373,7 @@ mod tests {
                 term: 0,
                 platforms: vec![],
             }],
+            weights: vec![],
         }
     }
 
@@ -400,6 +408,52 @@ mod tests {
         let runs: Vec<i64> = store.runs().iter().map(|r| r.started_at_ms).collect();
         assert_eq!(runs, [1, 2, 3]);
         assert_eq!(store.commits(), 1, "one transaction for everything merged");
+        assert!(writer.finish().await.pending.is_empty());
+    }
+
+    /// Batches of weights alone are written too; during an outage they wait, one per channel
+    /// (the latest), counted in the status until they are committed.
+    #[tokio::test(start_paused = true)]
+    async fn weights_wait_out_an_outage_one_per_channel() {
+        let store = MemoryStore::default();
+        store.set_failing(Some(Failure::Outage));
+        let writer = Writer::start(
+            store.clone(),
+            Duration::from_secs(10),
+            Clock::system(),
+            CommitMetrics::default(),
+        );
+        let mut status = writer.status();
+        let weights = |weight: f64, at_ms: i64| Batch {
+            weights: ["a", "b"]
+                .map(|channel| WeightWrite {
+                    platform: "onebot".into(),
+                    channel: channel.into(),
+                    weight,
+                    at_ms,
+                })
+                .into(),
+            ..Batch::default()
+        };
+        writer.submit(weights(1.0, 1));
+        status.wait_for(|s| s.last_error.is_some()).await.unwrap();
+        writer.submit(weights(2.0, 2));
+        writer.submit(weights(3.0, 3));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let s = status.borrow().clone();
+        assert_eq!((s.pending_rows, s.pending_weights), (0, 2), "{s:?}");
+        assert!(!s.is_committed());
+        store.set_failing(None);
+        status.wait_for(WriteStatus::is_committed).await.unwrap();
+        let stored: Vec<(String, f64, i64)> = store
+            .load_weights()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| (w.channel, w.weight, w.at_ms))
+            .collect();
+        assert_eq!(stored, [("a".into(), 3.0, 3), ("b".into(), 3.0, 3)]);
+        assert_eq!(store.commits(), 1);
         assert!(writer.finish().await.pending.is_empty());
     }
 

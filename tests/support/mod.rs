@@ -676,6 +676,38 @@ impl Db {
             .unwrap_or_default())
     }
 
+    /// Every history record's platforms and their gaps, oldest first.
+    pub fn gaps(&self) -> Vec<(String, Option<f64>)> {
+        let sql = "SELECT platform, gap FROM auto_assign_rebalance_platform \
+                   ORDER BY rebalance_id, platform";
+        with_pool!(self, |pool| sqlx::query_as(sql)
+            .fetch_all(&pool)
+            .await
+            .unwrap())
+    }
+
+    /// A column's type as the database reports it (`varchar(255)`, `TEXT`, ...).
+    pub fn column_type(&self, table: &str, column: &str) -> String {
+        let sql = match self {
+            Db::Sqlite(_) => "SELECT type FROM pragma_table_info($1) WHERE name = $2",
+            Db::Postgres(_) => {
+                "SELECT data_type || coalesce('(' || character_maximum_length || ')', '') \
+                 FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2"
+            }
+            Db::Mysql(_) => {
+                "SELECT CAST(COLUMN_TYPE AS CHAR) FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"
+            }
+        };
+        with_pool!(self, |pool| sqlx::query_scalar(sql)
+            .bind(table)
+            .bind(column)
+            .fetch_one(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{table}.{column}: {e}")))
+    }
+
     /// Runs a statement (to set up rows as Koishi would have).
     pub fn execute(&self, sql: &'static str) {
         with_pool!(self, |pool| {

@@ -5,7 +5,8 @@
 //! decimal strings, and an UPSERT that only ever changes `assignee` of an existing row, so
 //! `flag`, `locales`, `permissions` and `createdAt` set by Koishi or an admin survive. Every
 //! rebalance is one transaction: its changed rows and its history rows land together or not
-//! at all.
+//! at all. Channel weights (`auto_assign_channel_weight`, our own table) go in the same
+//! transactions, behind the same fence.
 //!
 //! Koishi's table has another layout on each database (text lists and epoch milliseconds on
 //! SQLite, `text[]` and `timestamptz` plus the driver's `_pg_mtime` on PostgreSQL, text lists
@@ -30,7 +31,7 @@ use sqlx::sqlite::{
 };
 use tracing::info;
 
-use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Fence, Store, StoreError};
+use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Fence, Store, StoreError, WeightWrite};
 use crate::clock::Clock;
 
 /// PostgreSQL ends a session of ours idle inside a transaction for this long (ms).
@@ -68,6 +69,16 @@ fn rows_per_statement(backend: Backend) -> usize {
     match backend {
         Backend::Sqlite => (32_766 - 2) / 2,
         Backend::Mysql => 65_535 / 5,
+        Backend::Postgres => 100_000,
+    }
+}
+
+/// Weight rows per multi-row UPSERT: a row binds its four values, within the same parameter
+/// limits as [`rows_per_statement`]; PostgreSQL binds four column arrays per statement.
+fn weights_per_statement(backend: Backend) -> usize {
+    match backend {
+        Backend::Sqlite => 32_766 / 4,
+        Backend::Mysql => 65_535 / 4,
         Backend::Postgres => 100_000,
     }
 }
@@ -333,6 +344,23 @@ impl Store for SqlStore {
         on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await).map_err(store_error)
     }
 
+    async fn load_weights(&self) -> Result<Vec<WeightWrite>, StoreError> {
+        const SQL: &str =
+            "SELECT platform, channel, weight, updated_at FROM auto_assign_channel_weight";
+        let rows: Vec<(String, String, f64, i64)> =
+            on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await)
+                .map_err(store_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(platform, channel, weight, at_ms)| WeightWrite {
+                platform,
+                channel,
+                weight,
+                at_ms,
+            })
+            .collect())
+    }
+
     async fn commit(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError> {
         let result = match self.commit_batch(batch, fence).await {
             Ok(Fenced::No) => Ok(()),
@@ -460,7 +488,7 @@ impl InsertedId for PgQueryResult {
 #[cfg(test)]
 mod tests {
     use super::layout::CreatedAt;
-    use super::write::{in_key_order, statement_sizes};
+    use super::write::{in_key_order, statement_sizes, weights_in_key_order};
     use super::*;
 
     fn columns(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -527,6 +555,47 @@ mod tests {
         let mut expected = keys(writes.iter().collect());
         expected.sort();
         assert_eq!(keys(in_key_order(&writes)), expected);
+    }
+
+    /// Weights go out in primary key order, the last of each channel once (PostgreSQL refuses
+    /// an UPSERT that changes a row twice), and never a weight that is not a number.
+    #[test]
+    fn weights_are_written_in_key_order_the_last_of_each_channel() {
+        let weight = |platform: &str, channel: &str, weight: f64| WeightWrite {
+            platform: platform.into(),
+            channel: channel.into(),
+            weight,
+            at_ms: 0,
+        };
+        let long = "1234567890123456789";
+        let weights = [
+            weight("qq", "2", 1.0),
+            weight("onebot", long, 1.0),
+            weight("onebot", "1", 1.0),
+            weight("qq", "2", 2.0),
+            weight("onebot", "1234567890123456", 1.0),
+            weight("onebot", "nan", f64::NAN),
+            weight("onebot", "infinite", f64::INFINITY),
+            weight("onebot", long, 2.0),
+            weight("onebot", "1", 3.0),
+            weight("onebot", "1", f64::NAN),
+        ];
+        let written: Vec<(&str, &str, f64)> = weights_in_key_order(&weights)
+            .into_iter()
+            .map(|w| (w.platform.as_str(), w.channel.as_str(), w.weight))
+            .collect();
+        assert_eq!(
+            written,
+            [
+                ("onebot", "1", 3.0),
+                ("onebot", "1234567890123456", 1.0),
+                ("onebot", long, 2.0),
+                ("qq", "2", 2.0),
+            ]
+        );
+        // Four parameters a row, within SQLite's and MySQL's limits.
+        assert!(weights_per_statement(Backend::Sqlite) * 4 <= 32_766);
+        assert!(weights_per_statement(Backend::Mysql) * 4 <= 65_535);
     }
 
     #[test]
@@ -642,6 +711,7 @@ mod tests {
                 })
                 .collect(),
             runs: vec![],
+            weights: vec![],
         };
         let idle = || async {
             while store.checkpoints_wanted.load(Ordering::Acquire) != 0 {
@@ -693,6 +763,7 @@ mod tests {
                 &Batch {
                     writes: first,
                     runs: vec![],
+                    weights: vec![],
                 },
                 None,
             )
@@ -708,6 +779,7 @@ mod tests {
                 &Batch {
                     writes: later.collect(),
                     runs: vec![],
+                    weights: vec![],
                 },
                 None,
             )
@@ -771,6 +843,7 @@ mod tests {
                 assignee: assignee.into(),
             }],
             runs: vec![],
+            weights: vec![],
         };
         assert_eq!(store.current_term().await.unwrap(), 0);
         store.commit(&write("a"), Some(&fence(3))).await.unwrap();

@@ -1,12 +1,15 @@
-//! The write path: one rebalance's rows and history in one fenced transaction, in key order,
-//! in statements of bounded size.
+//! The write path: one rebalance's rows, weights and history in one fenced transaction, in key
+//! order, in statements of bounded size.
+
+use tracing::warn;
 
 use super::*;
 
 impl SqlStore {
     /// Writes a batch in one transaction, fenced by `fence` (see [`Store::commit`]): the
     /// channel rows as multi-row UPSERTs (on PostgreSQL one `INSERT ... SELECT FROM UNNEST` of
-    /// column arrays per statement), then the history records.
+    /// column arrays per statement), then the channel weights the same way, then the history
+    /// records.
     ///
     /// The fence is the transaction's first statement: it raises the term row to ours unless
     /// it is higher. The row stays locked until the commit, so a newer leader's first write
@@ -29,6 +32,15 @@ impl SqlStore {
         // one in the primary key's B-tree, instead of at random pages (which spill the page
         // cache on a large batch).
         let rows = in_key_order(&batch.writes);
+        let weights = weights_in_key_order(&batch.weights);
+        let not_numbers = batch
+            .weights
+            .iter()
+            .filter(|w| !w.weight.is_finite())
+            .count();
+        if not_numbers > 0 {
+            warn!("left out {not_numbers} channel weight(s) that are not finite numbers");
+        }
         // SQLite and MySQL: `VALUES (...), (...)` with bound parameters. A statement's text
         // depends only on its row count (and on SQLite whether the guild is the channel), and
         // the connection prepares each text once and keeps it: full statements, then the rest
@@ -137,6 +149,30 @@ impl SqlStore {
                 }
             };
         }
+        // SQLite and MySQL: `VALUES (...), (...)`, four parameters a row, the full statements
+        // first and then powers of two, as the channel rows (a few texts, each prepared once).
+        macro_rules! weight_values {
+            ($tx:ident) => {
+                let mut rest = &weights[..];
+                let (mut text, mut text_rows) = (String::new(), 0);
+                for size in statement_sizes(weights.len(), weights_per_statement(layout.backend)) {
+                    let (chunk, after) = rest.split_at(size);
+                    rest = after;
+                    if text_rows != size {
+                        (text, text_rows) = (weight_upsert(layout.backend, size), size);
+                    }
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(text.as_str()));
+                    for w in chunk {
+                        q = q
+                            .bind(w.platform.as_str())
+                            .bind(w.channel.as_str())
+                            .bind(w.weight)
+                            .bind(w.at_ms);
+                    }
+                    q.execute(&mut *$tx).await?;
+                }
+            };
+        }
         macro_rules! commit {
             ($pool:expr, |$tx:ident| $rows:block) => {{
                 let mut $tx = $pool.begin().await?;
@@ -189,7 +225,7 @@ impl SqlStore {
                     let mut q = QueryBuilder::new(
                         "INSERT INTO auto_assign_rebalance_platform \
                          (rebalance_id, platform, channels, unassigned, moved_forced, moved_voluntary, \
-                          bots, mean, stddev, min_load, max_load) ",
+                          bots, mean, stddev, min_load, max_load, gap) ",
                     );
                     q.push_values(&run.platforms, |mut row, p| {
                         row.push_bind(id)
@@ -202,7 +238,10 @@ impl SqlStore {
                             .push_bind(p.mean)
                             .push_bind(p.stddev)
                             .push_bind(p.min)
-                            .push_bind(p.max);
+                            .push_bind(p.max)
+                            // MySQL has no infinity (a lower bound of 0), SQLite no NaN: no gap
+                            // to record, rather than a transaction that fails on every retry.
+                            .push_bind(p.gap.filter(|gap| gap.is_finite()));
                     });
                     if !run.platforms.is_empty() {
                         q.build().execute(&mut **tx).await?;
@@ -215,9 +254,11 @@ impl SqlStore {
         match &self.pool {
             Pool::Sqlite(SqliteFile { writer: pool, .. }) => commit!(pool, |tx| {
                 values!(tx);
+                weight_values!(tx);
             }),
             Pool::Mysql(pool) => commit!(pool, |tx| {
                 values!(tx);
+                weight_values!(tx);
             }),
             Pool::Postgres(pool) => commit!(pool, |tx| {
                 // Column arrays: four parameters per statement however many rows. The same
@@ -256,6 +297,18 @@ impl SqlStore {
                         .execute(&mut *tx)
                         .await?;
                 }
+                for chunk in weights.chunks(weights_per_statement(Backend::Postgres)) {
+                    let text = |f: fn(&WeightWrite) -> &str| -> Vec<&str> {
+                        chunk.iter().map(|w| f(w)).collect()
+                    };
+                    sqlx::query(WEIGHT_UNNEST)
+                        .bind(text(|w| &w.platform))
+                        .bind(text(|w| &w.channel))
+                        .bind(chunk.iter().map(|w| w.weight).collect::<Vec<f64>>())
+                        .bind(chunk.iter().map(|w| w.at_ms).collect::<Vec<i64>>())
+                        .execute(&mut *tx)
+                        .await?;
+                }
             }),
         }
     }
@@ -284,12 +337,6 @@ pub(super) fn statement_sizes(rows: usize, per_statement: usize) -> impl Iterato
 /// statement is bound ~150 ms sooner), and comparing even the shared platform strings first
 /// cost ~70 ms on that batch. Ids equal in those bytes are compared in full.
 pub(super) fn in_key_order(writes: &[ChannelWrite]) -> Vec<&ChannelWrite> {
-    pub(super) fn prefix(id: &str) -> u128 {
-        let mut bytes = [0u8; 16];
-        let n = id.len().min(16);
-        bytes[..n].copy_from_slice(&id.as_bytes()[..n]);
-        u128::from_be_bytes(bytes)
-    }
     let mut platforms: Vec<&str> = Vec::new();
     for w in writes {
         if !platforms.contains(&&*w.platform) {
@@ -314,6 +361,75 @@ pub(super) fn in_key_order(writes: &[ChannelWrite]) -> Vec<&ChannelWrite> {
     rows.extend(keyed.into_iter().map(|(_, _, w)| w));
     rows
 }
+
+/// A string's first 16 bytes as an integer that sorts as they do (shorter strings padded with
+/// zeros: strings equal in these bytes must be compared in full).
+fn prefix(id: &str) -> u128 {
+    let mut bytes = [0u8; 16];
+    let n = id.len().min(16);
+    bytes[..n].copy_from_slice(&id.as_bytes()[..n]);
+    u128::from_be_bytes(bytes)
+}
+
+/// The weights to write, in primary key order `(platform, channel)` (sorted on integers first,
+/// as [`in_key_order`] does, for the same reasons), the last of each channel only (PostgreSQL
+/// refuses an UPSERT that changes a row twice), and only finite numbers: SQLite stores a NaN
+/// as NULL, and MySQL takes neither NaN nor infinities, so one such weight would fail the
+/// whole transaction on every retry.
+pub(super) fn weights_in_key_order(weights: &[WeightWrite]) -> Vec<&WeightWrite> {
+    let mut keyed: Vec<(u128, u128, usize, &WeightWrite)> =
+        crate::pages::with_capacity(weights.len());
+    keyed.extend(
+        weights
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.weight.is_finite())
+            .map(|(i, w)| (prefix(&w.platform), prefix(&w.channel), i, w)),
+    );
+    // Of equal keys, the later weight first, which `dedup_by` keeps.
+    keyed.sort_unstable_by(|(pa, ca, ia, a), (pb, cb, ib, b)| {
+        (pa, ca)
+            .cmp(&(pb, cb))
+            .then_with(|| (&a.platform, &a.channel).cmp(&(&b.platform, &b.channel)))
+            .then_with(|| ib.cmp(ia))
+    });
+    keyed.dedup_by(|(.., w), (.., kept)| w.platform == kept.platform && w.channel == kept.channel);
+    keyed.into_iter().map(|(.., w)| w).collect()
+}
+
+/// The SQLite or MySQL UPSERT of `rows` weights: a later weight of a channel replaces the
+/// stored one.
+fn weight_upsert(backend: Backend, rows: usize) -> String {
+    const HEAD: &str =
+        "INSERT INTO auto_assign_channel_weight (platform, channel, weight, updated_at) VALUES ";
+    const ROW: &str = "(?, ?, ?, ?)";
+    let tail = match backend {
+        Backend::Mysql => {
+            " ON DUPLICATE KEY UPDATE weight = VALUES(weight), updated_at = VALUES(updated_at)"
+        }
+        Backend::Sqlite | Backend::Postgres => {
+            " ON CONFLICT (platform, channel) DO UPDATE \
+             SET weight = excluded.weight, updated_at = excluded.updated_at"
+        }
+    };
+    let mut sql = String::with_capacity(HEAD.len() + rows * (ROW.len() + 2) + tail.len());
+    sql.push_str(HEAD);
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(ROW);
+    }
+    sql.push_str(tail);
+    sql
+}
+
+/// PostgreSQL's weights UPSERT: four column arrays however many rows.
+const WEIGHT_UNNEST: &str = "INSERT INTO auto_assign_channel_weight \
+     (platform, channel, weight, updated_at) \
+     SELECT * FROM UNNEST($1::text[], $2::text[], $3::float8[], $4::int8[]) \
+     ON CONFLICT (platform, channel) DO UPDATE \
+     SET weight = excluded.weight, updated_at = excluded.updated_at";
 
 /// Whether a fenced transaction found a newer term.
 pub(super) enum Fenced {
