@@ -7,10 +7,14 @@
 //! lowers it, so every other valid member has `Lb ≥ La − 1`: a member one below is a tie
 //! (the channel stays, since moves are kept fewest), any other raises the imbalance. The
 //! explanation states that condition for each member, so an operator can check it.
+//!
+//! With `balanceBy: messages` a bot's load is the sum of its channels' weights, and moving a
+//! channel of weight `w` changes Σ (weighted load)² by `2w(Lb − La + w)`: the explanation
+//! gives the channel's weight and that change for each member (what a move would gain).
 
 use serde::Serialize;
 
-use crate::balance::rules::Rules;
+use crate::balance::rules::{BalanceBy, Resolved, Rules};
 use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
 use crate::model::split_key;
 
@@ -24,6 +28,10 @@ pub struct Explanation {
     pub text: String,
     /// Every bot in the channel, as the planner sees it.
     pub members: Vec<Member>,
+    /// The channel's weight (messages a day, as the plan counts it).
+    pub weight: f64,
+    /// Whether an admin pinned the weight (`channelWeights`).
+    pub weight_pinned: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -47,12 +55,14 @@ pub enum Reason {
     WaitingForRebalance,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Member {
     pub bot: String,
     pub online: bool,
     /// Channels the bot holds.
     pub load: u32,
+    /// The weights of the channels the bot holds (messages a day).
+    pub messages: f64,
 }
 
 /// Explains `channel` of `platform` as the index and rules stand now.
@@ -64,6 +74,8 @@ pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str)
         reason: Reason::UnknownChannel,
         text: format!("no bot of the fleet reported being in {platform}:{channel}"),
         members: Vec::new(),
+        weight: 0.0,
+        weight_pinned: false,
     };
     let Some(p) = index.platform(platform) else {
         return out;
@@ -72,6 +84,9 @@ pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str)
         return out;
     };
     let assignee = p.assignee(c);
+    let resolved = rules.resolve(p);
+    out.weight = resolved.weight(p, c);
+    out.weight_pinned = resolved.weight_pinned(c);
     out.assignee = assignee.map(|b| p.bot_id(b).to_owned());
     out.members = p
         .members(c)
@@ -80,6 +95,7 @@ pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str)
             bot: p.bot_id(b).to_owned(),
             online: p.is_online(b),
             load: p.load(b),
+            messages: weighted_load(p, &resolved, b),
         })
         .collect();
     let (reason, text) = reason(p, rules, c, assignee);
@@ -183,6 +199,41 @@ fn reason(
                     online.len()
                 ),
             ),
+            Some(a) if resolved.balance_by == BalanceBy::Messages => {
+                let w = resolved.weight(p, c);
+                let la = weighted_load(p, &resolved, a);
+                let others: Vec<String> = online
+                    .iter()
+                    .filter(|&&b| b != a)
+                    .map(|&b| {
+                        let lb = weighted_load(p, &resolved, b);
+                        let delta = 2.0 * w * (lb - la + w);
+                        let effect = if delta >= 0.0 {
+                            format!("would raise Σ (weighted load)² by {delta:.1}")
+                        } else {
+                            format!(
+                                "would lower Σ (weighted load)² by {:.1} ({:.4}% of bot {}'s \
+                                 and {}'s share: held back below weights.minGain, or a \
+                                 rebalance still due)",
+                                -delta,
+                                100.0 * -delta / (la * la + lb * lb).max(1.0),
+                                name(a),
+                                name(b)
+                            )
+                        };
+                        format!("moving it to {} ({lb:.1} messages a day) {effect}", name(b))
+                    })
+                    .collect();
+                (
+                    Reason::Balanced,
+                    format!(
+                        "balanced by messages: the channel weighs {w:.1} messages a day; {} \
+                         carries {la:.1}; {}",
+                        name(a),
+                        others.join("; ")
+                    ),
+                )
+            }
             Some(a) => {
                 let la = p.load(a);
                 let others: Vec<String> = online
@@ -214,6 +265,15 @@ fn reason(
             }
         },
     }
+}
+
+/// The weights of the channels `bot` holds.
+fn weighted_load(p: &PlatformIndex, resolved: &Resolved, bot: BotIx) -> f64 {
+    p.channels_of(bot)
+        .iter()
+        .filter(|&&c| p.assignee(c) == Some(bot) && !resolved.is_excluded(c))
+        .map(|&c| resolved.weight(p, c))
+        .sum()
 }
 
 /// The rule's bot when it is the assignee, else "waiting for the next rebalance".

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use auto_assign::balance::{self, Plan, Strategy};
+use auto_assign::balance::{self, BalanceBy, Plan, Strategy};
 #[cfg(feature = "bench")]
 use auto_assign::bench;
 use auto_assign::cli::snapshot::{self, Snapshot};
@@ -31,6 +31,9 @@ enum Command {
         input: PathBuf,
         #[arg(long, value_enum, default_value_t = Strategy::Optimal)]
         strategy: Strategy,
+        /// What a bot's load counts: channels, or messages (each channel's "weight").
+        #[arg(long, value_enum, default_value_t = BalanceBy::Channels)]
+        balance_by: BalanceBy,
         /// Where to write the assignment JSON (default: stdout).
         #[arg(long)]
         output: Option<PathBuf>,
@@ -125,8 +128,9 @@ fn main() -> ExitCode {
         Command::Plan {
             input,
             strategy,
+            balance_by,
             output,
-        } => run_plan(&input, strategy, output.as_deref()),
+        } => run_plan(&input, strategy, balance_by, output.as_deref()),
         Command::Serve { config } => serve(&config),
         Command::Status { remote, json } => match remote.remote().status() {
             Ok(all) if json => print_json(&all),
@@ -268,6 +272,7 @@ fn coord_eval(input: Option<&std::path::Path>) -> ExitCode {
 fn run_plan(
     input: &std::path::Path,
     strategy: Strategy,
+    balance_by: BalanceBy,
     output: Option<&std::path::Path>,
 ) -> ExitCode {
     keep_freed_memory();
@@ -315,6 +320,7 @@ fn run_plan(
             snapshot.more_warnings
         );
     }
+    snapshot.rules.balance_by = balance_by;
     let plan = balance::plan(&snapshot.index, &snapshot.rules, strategy);
     progress.phase(format_args!("planned ({strategy})"));
     for p in &plan.platforms {

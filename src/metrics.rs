@@ -36,6 +36,11 @@ pub struct Metrics {
     federate_owner_decisions: CounterSet<2>,
     // Read at scrape time.
     bot_load: IntGaugeVec,
+    bot_weighted_load: GaugeVec,
+    bot_capacity: GaugeVec,
+    bot_over_capacity: GaugeVec,
+    plan_gap: GaugeVec,
+    pub messages_counted: IntCounterVec,
     bot_online: IntGaugeVec,
     bot_quarantined: IntGaugeVec,
     bot_connections: IntCounterVec,
@@ -160,6 +165,31 @@ impl Metrics {
                 "Channels assigned to the bot",
                 &["platform", "bot"],
             ),
+            bot_weighted_load: float_gauge(
+                "bot_weighted_load",
+                "Messages a day of the channels assigned to the bot (their measured weights)",
+                &["platform", "bot"],
+            ),
+            bot_capacity: float_gauge(
+                "bot_capacity",
+                "The bot's capacity (botCapacity), in the unit of balanceBy",
+                &["platform", "bot"],
+            ),
+            bot_over_capacity: float_gauge(
+                "bot_over_capacity",
+                "How far the bot's load is over its capacity (0 within it)",
+                &["platform", "bot"],
+            ),
+            plan_gap: float_gauge(
+                "plan_gap_ratio",
+                "balanceBy: messages: the last plan's relative gap to its certified lower bound",
+                &["platform"],
+            ),
+            messages_counted: counter(
+                "messages_counted_total",
+                "Messages counted into channel weights (counted), or not for want of room (dropped)",
+                &["outcome"],
+            ),
             bot_online: gauge(
                 "bot_online",
                 "1 when the bot is online (counts for the plan)",
@@ -277,6 +307,14 @@ impl Metrics {
         self.bot_probe_failures.reset();
         self.channels.reset();
         self.load.reset();
+        for family in [
+            &self.bot_weighted_load,
+            &self.bot_capacity,
+            &self.bot_over_capacity,
+            &self.plan_gap,
+        ] {
+            family.reset();
+        }
         for platform in state.view.platforms() {
             for (bot, online, load) in state.view.bots(&platform) {
                 let labels = [platform.as_str(), bot.as_str()];
@@ -288,6 +326,27 @@ impl Metrics {
                     .set(i64::from(online));
             }
             let counts = state.view.counts(&platform);
+            for (family, values) in [
+                (&self.bot_weighted_load, &counts.messages),
+                (&self.bot_capacity, &counts.capacity),
+            ] {
+                for (bot, value) in values {
+                    family
+                        .with_label_values(&[platform.as_str(), bot.as_str()])
+                        .set(*value);
+                }
+            }
+            for bot in counts.capacity.keys() {
+                let over = counts.over_capacity.get(bot).copied().unwrap_or(0.0);
+                self.bot_over_capacity
+                    .with_label_values(&[platform.as_str(), bot.as_str()])
+                    .set(over);
+            }
+            if let Some(gap) = counts.gap {
+                self.plan_gap
+                    .with_label_values(&[platform.as_str()])
+                    .set(gap);
+            }
             for (name, value) in [
                 ("assigned", counts.assigned),
                 ("unassigned", counts.unassigned),

@@ -38,6 +38,7 @@ use crate::store::writer::Writer;
 use crate::store::{DatabaseUrl, SqlStore, Store as _};
 use crate::view::View;
 use crate::watch::FileWatch;
+use crate::weights::Counter;
 
 /// Why the service could not start (or run).
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +110,8 @@ struct Shared {
     presence: Presence,
     presence_changed: watch::Sender<()>,
     redis: Option<Redis>,
+    /// Messages counted by the sources, for the channel weights.
+    traffic: Counter,
     shutdown: CancellationToken,
 }
 
@@ -124,6 +127,10 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         .load_assignments()
         .await
         .map_err(|e| anyhow::anyhow!("reading stored assignments: {e}"))?;
+    let stored_weights = store
+        .load_weights()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading stored channel weights: {e}"))?;
     info!(
         "{}: config loaded; strategy {}",
         config.path.display(),
@@ -145,6 +152,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         presence: Presence::default(),
         presence_changed: watch::channel(()).0,
         redis,
+        traffic: Counter::default(),
         shutdown: shutdown.clone(),
     };
     let publisher = start_outputs(&shared, &mut tasks);
@@ -154,7 +162,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     let (fleet_tx, fleet_rx) = mpsc::channel(4096);
     let (control_tx, control_rx) = mpsc::channel(64);
     let reporters = config.sources.http.clone().map(|settings| {
-        let reporters = Reporters::new(settings, fleet_tx.clone());
+        let reporters = Reporters::new(settings, fleet_tx.clone(), shared.traffic.clone());
         tasks.spawn(reporters.clone().expire(shutdown.clone()));
         reporters
     });
@@ -179,7 +187,14 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         followed: followed.clone(),
     };
     let write_status = writer.status();
-    let mut engine = Engine::new(config.clone(), stored, writer, outputs);
+    let mut engine = Engine::new(
+        config.clone(),
+        stored,
+        writer,
+        outputs,
+        shared.traffic.clone(),
+    );
+    engine.load_weights(stored_weights);
     let leadership = match &config.leadership {
         None => None,
         Some(settings) => {
@@ -247,6 +262,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
                         &config.claims.data_dir,
                     ),
                     federate: federate.clone(),
+                    traffic: shared.traffic.clone(),
                 },
                 federate: federate.clone(),
                 gates: Gates::new(shared.redis.clone(), clock),
@@ -457,6 +473,7 @@ async fn start_onebot(
         settings,
         fleet.clone(),
         s.presence.clone(),
+        s.traffic.clone(),
         s.clock,
         tasks,
         s.shutdown.clone(),

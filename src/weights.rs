@@ -263,7 +263,10 @@ mod tests {
         let p = index.platform("onebot").unwrap();
         let w = p.weight(p.find_channel("1").unwrap());
         // 10 messages with a one-hour half-life: 10 · ln 2 · 24 a day.
-        assert!((w - 10.0 * std::f64::consts::LN_2 * 24.0).abs() < 0.01, "{w}");
+        assert!(
+            (w - 10.0 * std::f64::consts::LN_2 * 24.0).abs() < 0.01,
+            "{w}"
+        );
         assert_eq!(p.find_channel("unknown"), None);
         assert_eq!(traffic.counted, 10);
         let dirty = traffic.take_dirty(&index);

@@ -169,7 +169,12 @@ fn less(a: (f64, f64, usize), b: (f64, f64, usize)) -> bool {
 }
 
 /// The plan's (excess, Σ load², moves), checked for validity.
-fn measure(f: &Fleet, index: &FleetIndex, plan: &balance::Plan, by: BalanceBy) -> (f64, f64, usize) {
+fn measure(
+    f: &Fleet,
+    index: &FleetIndex,
+    plan: &balance::Plan,
+    by: BalanceBy,
+) -> (f64, f64, usize) {
     let p = index.platform("onebot").unwrap();
     let pp = plan.platform("onebot").unwrap();
     let mut load = vec![0.0; f.bots.len()];
@@ -199,11 +204,18 @@ fn measure(f: &Fleet, index: &FleetIndex, plan: &balance::Plan, by: BalanceBy) -
     let computed: f64 = (0..f.bots.len())
         .filter_map(|b| {
             let cap = f.bots[b].2?;
-            let cap = if by == BalanceBy::Channels { cap.floor() } else { cap };
+            let cap = if by == BalanceBy::Channels {
+                cap.floor()
+            } else {
+                cap
+            };
             Some((load[b] - cap).max(0.0))
         })
         .sum();
-    assert!(close(excess, computed), "reported excess {excess} vs {computed}");
+    assert!(
+        close(excess, computed),
+        "reported excess {excess} vs {computed}"
+    );
     assert_eq!(moves, pp.forced + pp.voluntary, "reported moves");
     (excess, load.iter().map(|l| l * l).sum(), moves)
 }

@@ -172,6 +172,29 @@ pub(super) async fn explain(
     }
 }
 
+/// `GET /v1/weights/{platform}`: every known channel's weight as the plan counts it
+/// (messages a day, decayed; at least `weights.floor`; an admin's pin wins), and the
+/// channels whose weight is pinned.
+pub(super) async fn weights(State(api): State<Shared>, Path(platform): Path<String>) -> Response {
+    match api.engine.weights(platform.clone()).await {
+        Ok(rows) => {
+            let pinned: Vec<&str> = rows
+                .iter()
+                .filter(|(_, _, pinned)| *pinned)
+                .map(|(c, _, _)| c.as_str())
+                .collect();
+            let weights: serde_json::Map<String, Value> =
+                rows.iter().map(|(c, w, _)| (c.clone(), json!(w))).collect();
+            Json(json!({ "platform": platform, "weights": weights, "pinned": pinned }))
+                .into_response()
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the engine is shutting down",
+        ),
+    }
+}
+
 pub(super) async fn rebalance(State(api): State<Shared>) -> Response {
     if let Some(Role::Follower { leader, .. }) = api.status.role() {
         let leader = leader.as_deref().unwrap_or("nobody yet");

@@ -34,7 +34,7 @@ pub use shared::Api;
 use shared::{Shared, auth, error};
 
 use assignments::{
-    assignment, assignments, bots, explain, federate_peers, presence, rebalance, stream,
+    assignment, assignments, bots, explain, federate_peers, presence, rebalance, stream, weights,
 };
 use fleet::fleet_routes;
 use gates::{begin_activity, end_activity, owned_gate};
@@ -65,6 +65,7 @@ pub fn app(api: Api, max_body: usize) -> App {
         .route("/v1/federate/peers", get(federate_peers))
         .route("/v1/rebalance", post(rebalance))
         .route("/v1/explain/{platform}/{channel}", get(explain))
+        .route("/v1/weights/{platform}", get(weights))
         .route("/v1/history", get(history))
         .route("/v1/gate/owned", post(owned_gate))
         .route("/v1/activity/begin", post(begin_activity))

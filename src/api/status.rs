@@ -68,9 +68,21 @@ pub(super) async fn healthz(State(api): State<Shared>) -> Json<Value> {
     let age = |t: Option<std::time::SystemTime>| {
         t.and_then(|t| t.elapsed().ok()).map(|d| d.as_secs_f64())
     };
+    // Capacities that cannot be met: every channel still has a bot, but the operator should
+    // know (the plan's log line and the metrics say it too).
+    let over_capacity: BTreeMap<String, Value> = api
+        .view
+        .platforms()
+        .into_iter()
+        .filter_map(|p| {
+            let over = api.view.counts(&p).over_capacity;
+            (!over.is_empty()).then(|| (p, json!(over)))
+        })
+        .collect();
     Json(json!({
         "status": status,
         "redis": redis,
+        "over_capacity": over_capacity,
         "leadership": api.status.leadership_json(),
         "store": {
             "committed": store.is_committed(),

@@ -224,9 +224,8 @@ fn plan_afresh(
             None,
         ),
         (Strategy::Optimal, BalanceBy::Messages) => {
-            let (assignee, certificate) = weighted::plan(p, resolved, || {
-                optimal::State::build(p, resolved, false).1
-            });
+            let (assignee, certificate) =
+                weighted::plan(p, resolved, || optimal::State::build(p, resolved, false).1);
             (Outcome::Full(assignee), Some(certificate))
         }
     }

@@ -575,7 +575,10 @@ mod tests {
     fn the_bound_holds_for_every_split_and_is_tight_when_weights_split_evenly() {
         // Two bots in the same four channels of weight 10: the split optimum is 20 + 20.
         let mut p = platform(&[("1", &["a", "b", "c", "d"]), ("2", &["a", "b", "c", "d"])]);
-        weigh(&mut p, &[("a", 10.0), ("b", 10.0), ("c", 10.0), ("d", 10.0)]);
+        weigh(
+            &mut p,
+            &[("a", 10.0), ("b", 10.0), ("c", 10.0), ("d", 10.0)],
+        );
         let (assign, cert) = plan(&p, &rules().resolve(&p), Vec::new);
         assert_eq!(assign.iter().flatten().count(), 4);
         assert_eq!(cert.sum_sq, 800.0);
@@ -585,7 +588,10 @@ mod tests {
         // Prices from a lopsided plan still give a bound no higher than the optimum.
         let lb = lower_bound(&inst, &[40.0, 0.0]);
         assert!(lb <= 800.0 + 1e-6, "{lb}");
-        assert!(lb >= 800.0 * 0.999, "Frank–Wolfe reaches the even split: {lb}");
+        assert!(
+            lb >= 800.0 * 0.999,
+            "Frank–Wolfe reaches the even split: {lb}"
+        );
     }
 
     #[test]

@@ -67,7 +67,10 @@ fn weighted_sum_sq(plan: &Plan) -> f64 {
 
 fn bench_fleet(mut fleet: Fleet, seed: u64) -> bool {
     let mut held = true;
-    let channels = fleet.index.platform(PLATFORM).map_or(0, |p| p.channel_count());
+    let channels = fleet
+        .index
+        .platform(PLATFORM)
+        .map_or(0, |p| p.channel_count());
     let by_count = rules(&fleet.rules, BalanceBy::Channels);
     let by_messages = rules(&fleet.rules, BalanceBy::Messages);
     let count_plan = || balance::plan(&fleet.index, &by_count, Strategy::Optimal);
@@ -78,7 +81,10 @@ fn bench_fleet(mut fleet: Fleet, seed: u64) -> bool {
         weighted = weighted.or_faster(measure(weighted_plan));
     }
     let counted_sq = weighted_sum_sq(&counted.value);
-    let p = weighted.value.platform(PLATFORM).expect("the fleet's platform");
+    let p = weighted
+        .value
+        .platform(PLATFORM)
+        .expect("the fleet's platform");
     let cert = p.certificate.clone().expect("a weighted plan is certified");
     let times = ratio(weighted.cpu, counted.cpu);
     println!(

@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 use crate::balance::Rules;
 use crate::index::{ChanIx, FleetIndex, PlatformIndex};
 use crate::model::split_key;
+use crate::yaml::Quantity;
 
 /// Warnings kept word for word; past this many only their number is.
 pub const SHOWN_WARNINGS: usize = 20;
@@ -186,6 +187,7 @@ struct RawBot<'de> {
     id: Text<'de>,
     platform: Option<Text<'de>>,
     online: bool,
+    capacity: Option<f64>,
 }
 
 struct BotSeed<'t>(&'t Trail);
@@ -201,7 +203,9 @@ impl<'de> Visitor<'de> for BotSeed<'_> {
     type Value = RawBot<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(r#"a bot key like "onebot:1001" or an object {"id", "platform"?, "online"?}"#)
+        f.write_str(
+            r#"a bot key like "onebot:1001" or an object {"id", "platform"?, "online"?, "capacity"?}"#,
+        )
     }
 
     fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<RawBot<'de>, E> {
@@ -209,6 +213,7 @@ impl<'de> Visitor<'de> for BotSeed<'_> {
             id: Text(Cow::Borrowed(v)),
             platform: None,
             online: true,
+            capacity: None,
         })
     }
 
@@ -217,18 +222,22 @@ impl<'de> Visitor<'de> for BotSeed<'_> {
             id: Text(Cow::Owned(v.to_owned())),
             platform: None,
             online: true,
+            capacity: None,
         })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawBot<'de>, A::Error> {
-        const FIELDS: &[&str] = &["id", "platform", "online"];
-        let (mut id, mut platform, mut online) = (None, None, None);
+        const FIELDS: &[&str] = &["id", "platform", "online", "capacity"];
+        let (mut id, mut platform, mut online, mut capacity) = (None, None, None, None);
         while let Some(key) = map.next_key::<Text<'de>>()? {
             let field = || Seg::Key(key.to_string());
             match &*key {
                 "id" => id = Some(self.0.at(field, map.next_value())?),
                 "platform" => platform = Some(self.0.at(field, map.next_value())?),
                 "online" => online = Some(self.0.at(field, map.next_value())?),
+                "capacity" => {
+                    capacity = Some(self.0.at(field, map.next_value::<Quantity>())?.get())
+                }
                 other => {
                     return self
                         .0
@@ -240,6 +249,7 @@ impl<'de> Visitor<'de> for BotSeed<'_> {
             id: id.ok_or_else(|| de::Error::missing_field("id"))?,
             platform,
             online: online.unwrap_or(true),
+            capacity,
         })
     }
 }
@@ -270,26 +280,29 @@ impl<'de> Visitor<'de> for TextsSeed<'_> {
     }
 }
 
-/// A channel: `{"id", "bots"}`.
+/// A channel: `{"id", "bots", "weight"?}`.
 struct ChannelSeed<'t>(&'t Trail);
 
 impl<'de> DeserializeSeed<'de> for ChannelSeed<'_> {
-    type Value = (Text<'de>, Texts<'de>);
+    type Value = RawChannel<'de>;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
+/// A channel as parsed: id, members, weight (0 when not given: the floor, 1, applies).
+type RawChannel<'de> = (Text<'de>, Texts<'de>, f64);
+
 impl<'de> Visitor<'de> for ChannelSeed<'_> {
-    type Value = (Text<'de>, Texts<'de>);
+    type Value = RawChannel<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(r#"a channel {"id", "bots"}"#)
+        f.write_str(r#"a channel {"id", "bots", "weight"?}"#)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        const FIELDS: &[&str] = &["id", "bots"];
-        let (mut id, mut bots) = (None, None);
+        const FIELDS: &[&str] = &["id", "bots", "weight"];
+        let (mut id, mut bots, mut weight) = (None, None, None);
         while let Some(key) = map.next_key::<Text<'de>>()? {
             let field = || Seg::Key(key.to_string());
             match &*key {
@@ -297,6 +310,10 @@ impl<'de> Visitor<'de> for ChannelSeed<'_> {
                 "bots" if bots.is_some() => return Err(de::Error::duplicate_field("bots")),
                 "id" => id = Some(self.0.at(field, map.next_value())?),
                 "bots" => bots = Some(self.0.at(field, map.next_value_seed(TextsSeed(self.0)))?),
+                "weight" if weight.is_some() => {
+                    return Err(de::Error::duplicate_field("weight"));
+                }
+                "weight" => weight = Some(self.0.at(field, map.next_value::<Quantity>())?.get()),
                 other => {
                     return self
                         .0
@@ -307,6 +324,7 @@ impl<'de> Visitor<'de> for ChannelSeed<'_> {
         Ok((
             id.ok_or_else(|| de::Error::missing_field("id"))?,
             bots.ok_or_else(|| de::Error::missing_field("bots"))?,
+            weight.unwrap_or(0.0),
         ))
     }
 }
@@ -433,13 +451,13 @@ impl<'de> Visitor<'de> for Channels<'_, 'de> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let Ctx { b, trail } = self.0;
         each(trail, |i| {
-            let Some((id, members)) = seq.next_element_seed(ChannelSeed(trail))? else {
+            let Some((id, members, weight)) = seq.next_element_seed(ChannelSeed(trail))? else {
                 return Ok(None);
             };
             if b.bots_known {
-                b.check(|b| b.channel(i, &id, &members))?;
+                b.check(|b| b.channel(i, &id, &members, weight))?;
             } else {
-                b.waiting_channels.push((id, members));
+                b.waiting_channels.push((id, members, weight));
             }
             Ok(Some(()))
         })
@@ -522,7 +540,7 @@ struct Builder<'de> {
     /// `channels` is read (possibly not indexed yet).
     channels_listed: bool,
     /// Channels listed before `bots`, and the previous assignment listed before the channels.
-    waiting_channels: Vec<(Text<'de>, Texts<'de>)>,
+    waiting_channels: Vec<RawChannel<'de>>,
     waiting_previous: Vec<(Text<'de>, Text<'de>)>,
     /// Where in `order` the next channel of `previous` is expected.
     next_previous: usize,
@@ -549,8 +567,8 @@ impl<'de> Builder<'de> {
     fn catch_up(&mut self) -> Result<(), SnapshotError> {
         if self.bots_known && !self.waiting_channels.is_empty() {
             let waiting = std::mem::take(&mut self.waiting_channels);
-            for (i, (id, members)) in waiting.iter().enumerate() {
-                self.channel(i, id, members)?;
+            for (i, (id, members, weight)) in waiting.iter().enumerate() {
+                self.channel(i, id, members, *weight)?;
             }
         }
         if self.channels_indexed() && !self.waiting_previous.is_empty() {
@@ -628,10 +646,21 @@ impl<'de> Builder<'de> {
             ));
         };
         p.set_online(b, bot.online);
+        if let Some(capacity) = bot.capacity {
+            self.rules
+                .capacity
+                .insert(format!("{platform}:{id}"), capacity);
+        }
         Ok(())
     }
 
-    fn channel(&mut self, i: usize, key: &str, members: &[Text]) -> Result<(), SnapshotError> {
+    fn channel(
+        &mut self,
+        i: usize,
+        key: &str,
+        members: &[Text],
+        weight: f64,
+    ) -> Result<(), SnapshotError> {
         let Some((platform, id)) = split_key(key) else {
             return Err(error(
                 format!("channels[{i}].id"),
@@ -645,6 +674,9 @@ impl<'de> Builder<'de> {
                 format!("channel \"{key}\" is listed twice"),
             ));
         };
+        if weight > 0.0 {
+            p.set_weight(c, weight);
+        }
         self.order.push((position, c));
         for (j, member) in members.iter().enumerate() {
             let p = &mut self.index.platforms_mut()[position];

@@ -25,6 +25,11 @@ pub enum Control {
         channel: String,
         reply: oneshot::Sender<Explanation>,
     },
+    /// Every known channel's weight on a platform: (channel, weight, pinned by an admin).
+    Weights {
+        platform: String,
+        reply: oneshot::Sender<Vec<(String, f64, bool)>>,
+    },
     /// This instance leads now, or another does (from the leadership campaign).
     Turn(Turn),
     /// The leader published a new version of the assignment.
@@ -48,6 +53,16 @@ impl Handle {
     /// Asks for a rebalance now (cause `requested`).
     pub async fn rebalance(&self) -> Result<(), Stopped> {
         self.0.send(Control::Rebalance).await.map_err(|_| Stopped)
+    }
+
+    /// Every known channel's weight on `platform`, from the engine's own index.
+    pub async fn weights(&self, platform: String) -> Result<Vec<(String, f64, bool)>, Stopped> {
+        let (reply, answer) = oneshot::channel();
+        self.0
+            .send(Control::Weights { platform, reply })
+            .await
+            .map_err(|_| Stopped)?;
+        answer.await.map_err(|_| Stopped)
     }
 
     /// Why `channel` has its assignee, from the engine's own index.

@@ -27,7 +27,7 @@ use crate::balance::{Plan, Planner};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::explain::explain;
-use crate::index::{ChanIx, FleetIndex};
+use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
 use crate::leader::Turn;
 use crate::leader::duty::Duty;
 use crate::metrics::Metrics;
@@ -37,9 +37,10 @@ use crate::presence::Presence;
 use crate::source::merge::{Merge, SourceId};
 use crate::source::{FleetEvent, Origin};
 use crate::store::writer::{Unwritten, Writer};
-use crate::store::{Batch, ChannelWrite, Fence, PlatformRecord, RunRecord};
+use crate::store::{Batch, ChannelWrite, Fence, PlatformRecord, RunRecord, WeightWrite};
 use crate::triggers::{Cause, Causes, Debouncer};
 use crate::view::{PlatformCounts, RunSummary, View};
+use crate::weights::{Counter, FOLD_EVERY, Traffic};
 
 pub mod control;
 pub use control::{Control, Handle};
@@ -93,6 +94,8 @@ pub struct Engine {
     /// Bots a source has reported (online or offline) since the start: before the sources
     /// have all reported, only the stored assignees of the others are held.
     reported: std::collections::HashSet<(String, String)>,
+    /// The message counts the sources make, folded into the index's channel weights.
+    traffic: Traffic,
 }
 
 /// Fleet events applied in a row, at most, before the engine looks at its other inputs.
@@ -109,6 +112,7 @@ impl Engine {
         stored: Vec<(String, String, String)>,
         writer: Writer,
         outputs: Outputs,
+        counter: Counter,
     ) -> Self {
         let mut index = FleetIndex::new();
         let count = stored.len();
@@ -121,7 +125,6 @@ impl Engine {
             duty,
             outputs,
             planner: Planner::new(config.strategy, config.rules.clone()),
-            config,
             index,
             writer,
             triggers: Debouncer::default(),
@@ -134,6 +137,26 @@ impl Engine {
             unattended: HashMap::new(),
             provisional_moves: HashMap::new(),
             reported: std::collections::HashSet::new(),
+            traffic: Traffic::new(counter, &config.weights),
+            config,
+        }
+    }
+
+    /// Channel weights as stored (by this instance or the last leader): each decayed by the
+    /// time since it was written. A channel not known yet is learnt, so its weight is there
+    /// when a source reports it (one nobody reports is forgotten like any other).
+    pub fn load_weights(&mut self, rows: Vec<WeightWrite>) {
+        let now = self.outputs.clock.unix_ms();
+        let count = rows.len();
+        for row in rows {
+            let age = Duration::from_millis(now.saturating_sub(row.at_ms).max(0) as u64);
+            let weight = self.traffic.decayed(row.weight, age);
+            let p = self.index.platform_mut(&row.platform);
+            let c = p.add_channel(&row.channel);
+            p.set_weight(c, weight);
+        }
+        if count > 0 {
+            info!("loaded {count} stored channel weight(s)");
         }
     }
 
@@ -415,6 +438,8 @@ impl Engine {
         shutdown: CancellationToken,
     ) -> Unwritten {
         self.reschedule(&control_tx).await;
+        let mut fold = tokio::time::interval(FOLD_EVERY);
+        fold.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Every event already applied has been looked at: channels it left without a bot
             // get one now, whatever the triggers say.
@@ -447,6 +472,7 @@ impl Engine {
                     }
                 }
                 Some(msg) = control.recv() => self.control(msg, &control_tx).await,
+                _ = fold.tick() => self.fold_traffic(),
                 _ = due_run, if due.is_some() => self.rebalance().await,
                 _ = sleep_until(periodic.unwrap_or_else(far_future)), if periodic.is_some() => {
                     self.next_periodic = Some(Instant::now() + self.config.balance_interval);
@@ -470,11 +496,22 @@ impl Engine {
                     self.request(Cause::Startup);
                 }
             }
-            Control::Turn(Turn::Lead { fence, stored }) => self.lead(fence, stored),
+            Control::Turn(Turn::Lead {
+                fence,
+                stored,
+                weights,
+            }) => {
+                self.load_weights(weights);
+                self.lead(fence, stored)
+            }
             Control::Turn(Turn::Follow) => self.follow(),
             Control::Followed => self.mirror_publication(),
             Control::Schedule => self.request(Cause::Schedule),
             Control::Rebalance => self.request(Cause::Requested),
+            Control::Weights { platform, reply } => {
+                self.fold_traffic();
+                let _ = reply.send(self.weights(&platform));
+            }
             Control::Explain {
                 platform,
                 channel,
@@ -511,6 +548,7 @@ impl Engine {
                 } else {
                     self.planner.set_rules(&new.rules);
                 }
+                self.traffic.set_settings(&new.weights);
                 self.config = new;
                 self.outputs.view.set_exclusions(&self.config.rules.exclude);
                 info!("{}: config reloaded", self.config.path.display());
@@ -520,6 +558,38 @@ impl Engine {
                 self.request(Cause::ConfigChanged);
             }
         }
+    }
+
+    /// Every known channel's weight on `platform` as the plan counts it (measured, pinned,
+    /// at least the floor), with whether an admin pinned it: (channel, weight, pinned).
+    fn weights(&self, platform: &str) -> Vec<(String, f64, bool)> {
+        let Some(p) = self.index.platform(platform) else {
+            return Vec::new();
+        };
+        let resolved = self.config.rules.resolve(p);
+        (0..p.channel_count() as ChanIx)
+            .filter(|&c| !resolved.is_excluded(c))
+            .map(|c| {
+                (
+                    p.channel_id(c).to_owned(),
+                    resolved.weight(p, c),
+                    resolved.weight_pinned(c),
+                )
+            })
+            .collect()
+    }
+
+    /// Folds the messages counted since the last fold into the channel weights.
+    fn fold_traffic(&mut self) {
+        let (counted, dropped) = (self.traffic.counted, self.traffic.dropped);
+        self.traffic.fold(&mut self.index);
+        let metrics = &self.outputs.metrics.messages_counted;
+        metrics
+            .with_label_values(&["counted"])
+            .inc_by(self.traffic.counted - counted);
+        metrics
+            .with_label_values(&["dropped"])
+            .inc_by(self.traffic.dropped - dropped);
     }
 
     /// Takes over: plans from what the database holds, fenced by the new term. Nothing moves
@@ -596,6 +666,8 @@ impl Engine {
             return;
         };
         let causes = self.triggers.take();
+        // The plan weighs the messages counted up to now.
+        self.fold_traffic();
         let started_at_ms = self.outputs.clock.unix_ms();
         let planning = std::time::Instant::now();
         let plan = plan_off_the_runtime(&mut self.planner, &mut self.index);
@@ -621,13 +693,31 @@ impl Engine {
         for p in &plan.platforms {
             if let Some(index) = self.index.platform(&p.platform) {
                 info!("rebalance #{} ({causes}): {}", self.runs, p.summary(index));
+                if !p.excess.is_empty() {
+                    let bots: Vec<String> = p
+                        .excess
+                        .iter()
+                        .map(|&(b, e)| format!("{} (+{e:.1})", index.bot_id(b)))
+                        .collect();
+                    warn!(
+                        "platform {}: capacities cannot all be met; over capacity by {:.1} {} \
+                         in all: {}",
+                        p.platform,
+                        p.total_excess(),
+                        p.balance_by,
+                        bots.join(", ")
+                    );
+                }
             }
         }
         // The rows go to the writer first, handed over: it commits beside the engine while
         // the view and the publication take theirs from the plan and the index (a copy of a
         // start-up's 367k rows was 18 MB of fresh memory on the way to the first commit).
+        // The weights that grew since the last plan go with it (one that only decayed is
+        // decayed again by whoever reads it).
+        let weights = self.traffic.take_dirty(&self.index);
         self.writer
-            .submit(self.batch(&plan, &causes, started_at_ms, term));
+            .submit(self.batch(&plan, &causes, started_at_ms, term, weights));
         let provisional: usize = self.provisional_moves.drain().map(|(_, n)| n).sum();
         let mut published = Vec::new();
         for p in &plan.platforms {
@@ -673,6 +763,34 @@ impl Engine {
                         mean: p.stats.mean,
                         stddev: p.stats.stddev,
                         max_load: p.stats.max,
+                        balance_by: p.balance_by.to_string(),
+                        messages: if index.has_weights()
+                            || p.balance_by == crate::balance::BalanceBy::Messages
+                        {
+                            p.weighted_loads
+                                .iter()
+                                .map(|&(b, l)| (index.bot_id(b).to_owned(), l))
+                                .collect()
+                        } else {
+                            Default::default()
+                        },
+                        capacity: p
+                            .stats
+                            .loads
+                            .iter()
+                            .filter_map(|&(b, _)| {
+                                let cap = resolved_capacity(&self.config, index, b)?;
+                                Some((index.bot_id(b).to_owned(), cap))
+                            })
+                            .collect(),
+                        over_capacity: p
+                            .excess
+                            .iter()
+                            .map(|&(b, e)| (index.bot_id(b).to_owned(), e))
+                            .collect(),
+                        weighted_sum_sq: p.certificate.as_ref().map(|c| c.sum_sq),
+                        lower_bound: p.certificate.as_ref().map(|c| c.lower_bound),
+                        gap: p.certificate.as_ref().map(|c| c.gap()),
                     },
                 );
             }
@@ -721,7 +839,14 @@ impl Engine {
     }
 
     /// The rows and the history record of a plan.
-    fn batch(&self, plan: &Plan, causes: &Causes, started_at_ms: i64, term: i64) -> Batch {
+    fn batch(
+        &self,
+        plan: &Plan,
+        causes: &Causes,
+        started_at_ms: i64,
+        term: i64,
+        weights: Vec<(String, String, f64)>,
+    ) -> Batch {
         // A start-up's rows are ~18 MB of fresh memory: on huge pages (see [`crate::pages`]).
         let mut batch = Batch {
             writes: crate::pages::with_capacity(
@@ -730,6 +855,7 @@ impl Engine {
             runs: Vec::new(),
             weights: Vec::new(),
         };
+        let at_ms = self.outputs.clock.unix_ms();
         let mut platforms = Vec::new();
         for p in &plan.platforms {
             let Some(index) = self.index.platform(&p.platform) else {
@@ -766,9 +892,18 @@ impl Engine {
                 stddev: s.stddev,
                 min: s.min as i64,
                 max: s.max as i64,
-                gap: None,
+                gap: p.certificate.as_ref().map(|c| c.gap()),
             });
         }
+        batch.weights = weights
+            .into_iter()
+            .map(|(platform, channel, weight)| WeightWrite {
+                platform,
+                channel,
+                weight,
+                at_ms,
+            })
+            .collect();
         batch.runs.push(RunRecord {
             started_at_ms,
             finished_at_ms: self.outputs.clock.unix_ms(),
@@ -779,6 +914,19 @@ impl Engine {
         });
         batch
     }
+}
+
+/// A bot's capacity as the rules give it (full or short key).
+fn resolved_capacity(config: &Config, index: &PlatformIndex, bot: BotIx) -> Option<f64> {
+    let rules = &config.rules.capacity;
+    if rules.is_empty() {
+        return None;
+    }
+    let id = index.bot_id(bot);
+    rules
+        .get(&format!("{}:{id}", index.name()))
+        .or_else(|| rules.get(id))
+        .copied()
 }
 
 /// Makes `stored` (platform, channel, bot) the index's and the view's assignment (what the

@@ -37,7 +37,7 @@ use tracing::{info, warn};
 use crate::outputs::redis::Redis;
 use crate::secret::SecretUrl;
 use crate::store::writer::WriteStatus;
-use crate::store::{Batch, Failure, Fence, SqlStore, Store as _};
+use crate::store::{Batch, Failure, Fence, SqlStore, Store as _, StoreError, WeightWrite};
 
 pub mod duty;
 pub mod settings;
@@ -52,6 +52,8 @@ pub enum Turn {
     Lead {
         fence: Fence,
         stored: Vec<(String, String, String)>,
+        /// The channel weights the last leader stored.
+        weights: Vec<WeightWrite>,
     },
     Follow,
 }
@@ -271,16 +273,18 @@ impl Campaign {
             if !told_engine {
                 let read = async {
                     self.store.commit(&Batch::default(), Some(&fence)).await?;
-                    self.store.load_assignments().await
+                    let stored = self.store.load_assignments().await?;
+                    Ok::<_, StoreError>((stored, self.store.load_weights().await?))
                 };
                 match timeout(renew_every, read).await {
                     Ok(Err(e)) if e.kind == Failure::Fenced => {
                         return Ended::Lost(e.message);
                     }
-                    Ok(Ok(stored)) => {
+                    Ok(Ok((stored, weights))) => {
                         let lead = Turn::Lead {
                             fence: fence.clone(),
                             stored,
+                            weights,
                         };
                         if self.turns.send(lead).await.is_err() {
                             return Ended::Released;

@@ -29,6 +29,7 @@ use super::federate::Federate;
 use super::federate::claim::{CANDIDATE_PLUGIN, Outcome, PLUGIN as FEDERATE_PLUGIN};
 use super::signature::{Body, Signature, Time};
 use crate::view::{Route, View};
+use crate::weights::Counter;
 
 /// The default claim plugin: Pallas-Bot's ingress gate namespace.
 pub const DEFAULT_PLUGIN: &str = "ingress_gate";
@@ -255,11 +256,29 @@ pub struct Ingress {
     pub view: View,
     pub claims: Claims,
     pub federate: Option<Arc<Federate>>,
+    /// Messages counted for the channel weights.
+    pub traffic: Counter,
 }
 
 impl Ingress {
-    /// Decides; `Err` names a bad field.
+    /// Decides; `Err` names a bad field. A group message decided for its assignee, or won by
+    /// a claim, is counted for its channel's weight: every member bot asks, and exactly one
+    /// of them gets that answer.
     pub async fn decide(&self, r: &Request<'_>) -> Result<Decision, BadRequest> {
+        let decision = self.decide_for(r).await?;
+        if let Some(group) = r.group_id
+            && matches!(
+                decision.reason,
+                Reason::Assignee | Reason::Claim { won: true, .. }
+            )
+        {
+            self.traffic
+                .add(&r.platform, itoa::Buffer::new().format(group), 1);
+        }
+        Ok(decision)
+    }
+
+    async fn decide_for(&self, r: &Request<'_>) -> Result<Decision, BadRequest> {
         let plugin = r.plugin.as_deref().unwrap_or(DEFAULT_PLUGIN);
         if !valid_plugin(plugin) {
             return Err(BadRequest::Plugin(plugin.to_owned()));

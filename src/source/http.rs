@@ -8,6 +8,11 @@
 //! after a restart (or a grace expiry) events and heartbeats of an unknown reporter get 409
 //! and the reporter sends its full state again. How a bot reported by several sources is
 //! combined is [`super::merge`]'s business.
+//!
+//! A reporter also sends how many messages each channel received since its last report
+//! (`{"type": "messages", "platform": …, "counts": {channel: n}}`, each message counted once
+//! however many of its bots saw it): they go to the channel weights (see `crate::weights`),
+//! not to the fleet.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -23,6 +28,7 @@ use tracing::info;
 use super::merge::SourceId;
 use super::{FleetEvent, Origin};
 use crate::logs::{SHOWN_CHARS, cut, truncate};
+use crate::weights::Counter;
 use crate::yaml::{AtLeast, Seconds};
 
 /// `sources.http`.
@@ -94,7 +100,16 @@ pub enum Event {
         id: String,
         channel: String,
     },
+    /// Messages per channel since the reporter's last `messages` event.
+    Messages {
+        platform: String,
+        counts: std::collections::BTreeMap<String, u64>,
+    },
 }
+
+/// More messages than this for one channel in one report are refused: no group sends that
+/// many between two reports, and a counter gone wrong must not swamp the weights.
+const MAX_MESSAGES_PER_REPORT: u64 = 1_000_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,6 +136,7 @@ pub struct Reporters {
     inner: Arc<Mutex<HashMap<Arc<str>, Reporter>>>,
     fleet: mpsc::Sender<(SourceId, FleetEvent)>,
     settings: Arc<Settings>,
+    traffic: Counter,
 }
 
 struct Reporter {
@@ -130,11 +146,16 @@ struct Reporter {
 }
 
 impl Reporters {
-    pub fn new(settings: Settings, fleet: mpsc::Sender<(SourceId, FleetEvent)>) -> Reporters {
+    pub fn new(
+        settings: Settings,
+        fleet: mpsc::Sender<(SourceId, FleetEvent)>,
+        traffic: Counter,
+    ) -> Reporters {
         Reporters {
             inner: Arc::default(),
             fleet,
             settings: Arc::new(settings),
+            traffic,
         }
     }
 
@@ -204,6 +225,12 @@ impl Reporters {
             reporter.last_seen = Instant::now();
             for event in events.events {
                 out.push(match event {
+                    Event::Messages { platform, counts } => {
+                        for (channel, n) in counts {
+                            self.traffic.add(&platform, &channel, n);
+                        }
+                        continue;
+                    }
                     Event::Online {
                         platform,
                         id,
@@ -344,6 +371,19 @@ impl Reporters {
                 (platform, id)
             }
             Event::Offline { platform, id } => (platform, id),
+            Event::Messages { platform, counts } => {
+                check_id("platform", platform)?;
+                for (channel, &n) in counts {
+                    check_id(&format!("counts.{channel:?}"), channel)?;
+                    if n > MAX_MESSAGES_PER_REPORT {
+                        return Err(format!(
+                            "counts.{:?}: {n} messages, more than {MAX_MESSAGES_PER_REPORT} in one report",
+                            truncate(channel, SHOWN_CHARS)
+                        ));
+                    }
+                }
+                return Ok(());
+            }
             Event::Joined {
                 platform,
                 id,
@@ -409,7 +449,10 @@ mod tests {
 
     fn reporters() -> (Reporters, mpsc::Receiver<(SourceId, FleetEvent)>) {
         let (tx, rx) = mpsc::channel(64);
-        (Reporters::new(Settings::default(), tx), rx)
+        (
+            Reporters::new(Settings::default(), tx, Counter::default()),
+            rx,
+        )
     }
 
     fn bot(id: &str, online: bool, channels: &[&str]) -> BotState {

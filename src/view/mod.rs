@@ -137,6 +137,20 @@ pub struct PlatformCounts {
     pub mean: f64,
     pub stddev: f64,
     pub max_load: u32,
+    /// What the plan balanced: `channels` or `messages`.
+    pub balance_by: String,
+    /// Each online bot's message rate (messages a day: the weights of its channels), when
+    /// messages are balanced or measured.
+    pub messages: BTreeMap<String, f64>,
+    /// Bots with a capacity (in the unit of `balance_by`).
+    pub capacity: BTreeMap<String, f64>,
+    /// Bots over their capacity, by how much: a capacity that cannot be met never leaves a
+    /// channel without a bot, and the excess is the least the plan could make it.
+    pub over_capacity: BTreeMap<String, f64>,
+    /// `balanceBy: messages`: Σ (weighted load)², its certified lower bound and the gap.
+    pub weighted_sum_sq: Option<f64>,
+    pub lower_bound: Option<f64>,
+    pub gap: Option<f64>,
 }
 
 impl View {

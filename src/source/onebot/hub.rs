@@ -24,6 +24,7 @@ use crate::logs::Limiter;
 use crate::model::ChannelIds;
 use crate::presence::Presence;
 use crate::source::{FleetEvent, Origin};
+use crate::weights::Counter;
 
 pub const PLATFORM: &str = "onebot";
 const ADMIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,6 +34,8 @@ pub struct Hub {
     pub settings: Settings,
     pub presence: Presence,
     pub clock: Clock,
+    /// Group messages counted for the channel weights.
+    pub traffic: Counter,
     events: mpsc::Sender<FleetEvent>,
     bots: Mutex<HashMap<String, BotState>>,
     /// Repeated warnings about bots and addresses, limited.
@@ -70,12 +73,14 @@ impl Hub {
         presence: Presence,
         events: mpsc::Sender<FleetEvent>,
         clock: Clock,
+        traffic: Counter,
     ) -> Arc<Hub> {
         let concurrency = settings.health.concurrency.get() as usize;
         Arc::new(Hub {
             settings,
             presence,
             clock,
+            traffic,
             events,
             bots: Mutex::default(),
             log: Arc::default(),

@@ -27,6 +27,7 @@ pub use settings::Settings;
 use crate::clock::Clock;
 use crate::presence::Presence;
 use crate::source::FleetEvent;
+use crate::weights::Counter;
 
 /// A running OneBot source.
 pub struct OneBot {
@@ -44,6 +45,7 @@ pub async fn start(
     settings: Settings,
     events: mpsc::Sender<FleetEvent>,
     presence: Presence,
+    traffic: Counter,
     clock: Clock,
     tasks: &mut JoinSet<()>,
     shutdown: CancellationToken,
@@ -58,7 +60,7 @@ pub async fn start(
         None => None,
     };
     let reverse_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
-    let hub = hub::Hub::new(settings.clone(), presence, events, clock);
+    let hub = hub::Hub::new(settings.clone(), presence, events, clock, traffic);
     tasks.spawn(hub.clone().run_log(shutdown.clone()));
     if let (Some(listener), Some(reverse)) = (listener, settings.reverse.clone()) {
         tracing::info!(

@@ -12,6 +12,7 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use crate::logs::cut;
+use crate::pallas::signature::{Body, Signature, Time};
 
 /// An action request: `{"action", "params", "echo"}`.
 pub fn request(action: &str, params: Value, echo: &str) -> String {
@@ -66,7 +67,15 @@ pub enum Event {
     BotOffline {
         message: String,
     },
-    /// Messages, requests, other notices and other members' joins: not this source's business.
+    /// A group message: counted for the group's weight (once, by its signature, however
+    /// many bots deliver it).
+    GroupMessage {
+        group: String,
+        /// The claims' signature key (Pallas-Bot's, with the time).
+        signature: u64,
+    },
+    /// Private messages, requests, other notices and other members' joins: not this source's
+    /// business.
     Other,
 }
 
@@ -107,6 +116,9 @@ impl Data {
 /// unread, and `data` is read as [`Data`].
 const FIELDS: &[&str] = &[
     "post_type",
+    "message_type",
+    "raw_message",
+    "time",
     "meta_event_type",
     "notice_type",
     "sub_type",
@@ -246,6 +258,28 @@ fn parse_event(v: &Value) -> Result<Event, FrameError> {
             }),
             _ => Ok(Event::Other),
         },
+        "message" if s("message_type") == "group" => {
+            let group = id(v, "group_id")?;
+            let user = id(v, "user_id")?;
+            // The raw text as Pallas-Bot signs it; a message given only as segments is
+            // signed by its JSON text, the same for every bot that delivers it.
+            let text = match (v.get("raw_message"), v.get("message")) {
+                (Some(Value::String(raw)), _) | (None, Some(Value::String(raw))) => raw.clone(),
+                (_, Some(other)) => other.to_string(),
+                _ => String::new(),
+            };
+            let time = v.get("time").and_then(Value::as_i64).unwrap_or(0);
+            let signature = Signature::new(
+                group.parse().unwrap_or(0),
+                user.parse().unwrap_or(0),
+                &text,
+                time,
+                Body::Plaintext,
+                Time::Included,
+            )
+            .key();
+            Ok(Event::GroupMessage { group, signature })
+        }
         _ => Ok(Event::Other),
     }
 }

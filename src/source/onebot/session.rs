@@ -416,6 +416,9 @@ impl Session {
                     .offline(&self.bot, "bot_offline notice", Origin::Status)
                     .await;
             }
+            Event::GroupMessage { group, signature } => {
+                self.hub.traffic.message_seen(PLATFORM, &group, signature);
+            }
             Event::Lifecycle { .. } | Event::Other => {}
         }
         Ok(None)
