@@ -272,6 +272,15 @@ impl SimBot {
         );
     }
 
+    /// A group message from `user`, as NapCat delivers it (`time` given, so that several bots
+    /// delivering the same message send the same event).
+    pub fn message(&self, group: u64, user: u64, text: &str, time: i64) {
+        let event = json!({"post_type": "message", "message_type": "group", "sub_type": "normal",
+            "group_id": group, "user_id": user, "raw_message": text, "message": text,
+            "time": time, "self_id": self.inner.id});
+        self.push_raw(&event.to_string());
+    }
+
     /// Sends a frame to every connected client.
     pub fn push_raw(&self, text: &str) {
         for (client, _) in lock(&self.inner.clients).iter() {

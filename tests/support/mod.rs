@@ -927,3 +927,29 @@ pub fn get(url: &str, token: Option<&str>) -> (u16, serde_json::Value) {
         serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
     )
 }
+
+/// PUTs JSON; returns (status, JSON body).
+pub fn put(url: &str, token: Option<&str>, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let mut req = http().put(url);
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.send_json(body).unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// GETs a text body (metrics); returns (status, text).
+pub fn get_text(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = http().get(url);
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.call().unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}

@@ -1,10 +1,13 @@
 // @ts-check
 'use strict'
 // The fleet source: tells the service which bots this Koishi has, whether each is online, and
-// which groups each is in (PUT the full state, then events, heartbeats; 409 → PUT again).
+// which groups each is in (PUT the full state, then events, heartbeats; 409 → PUT again), and
+// how many messages each group received (`messages` events, with the other events or in place
+// of a heartbeat, at most every `messageReportInterval`).
 
 const { Universal } = require('koishi')
 const { HttpError, Once, Sleeper, backoff, describe, isOutage, request } = require('./client')
+const { MessageCounter, validChannel } = require('./messages')
 
 /** @typedef {import('koishi').Context} Context */
 /** @typedef {import('koishi').Bot} Bot */
@@ -14,7 +17,8 @@ const { HttpError, Once, Sleeper, backoff, describe, isOutage, request } = requi
 /**
  * @typedef {{ type: 'online', platform: string, id: string, channels: string[] }
  *   | { type: 'offline', platform: string, id: string }
- *   | { type: 'joined' | 'left', platform: string, id: string, channel: string }} FleetEvent
+ *   | { type: 'joined' | 'left', platform: string, id: string, channel: string }
+ *   | { type: 'messages', platform: string, counts: Record<string, number> }} FleetEvent
  */
 
 /**
@@ -36,7 +40,8 @@ const MAX_PAGES = 10000
 class Reporter {
   /**
    * @param {Context} ctx
-   * @param {ClientOptions & { reporter: string, heartbeatInterval: number, retryMin: number, retryMax: number }} config
+   * @param {ClientOptions & { reporter: string, heartbeatInterval: number, retryMin: number, retryMax: number,
+   *   messageReportInterval?: number }} config  messageReportInterval in seconds, 0: no message counts
    * @param {Link} link
    */
   constructor(ctx, config, link) {
@@ -60,6 +65,11 @@ class Reporter {
     /** @type {Promise<void> | undefined} */
     this.loop = undefined
     this.refused = new Once(message => this.logger.error('fleet report refused: %s', message))
+    /** ms between two message reports; 0: messages are not counted */
+    this.messageInterval = Math.max(0, (config.messageReportInterval ?? 0) * 1000)
+    this.messages = this.messageInterval > 0 ? new MessageCounter() : null
+    /** when message counts last went out */
+    this.messagesSentAt = 0
   }
 
   /** Report every bot Koishi has now, then follow events. Call on `ready`. */
@@ -111,6 +121,30 @@ class Reporter {
     if (op === '+') s.channels.add(guildId)
     else s.channels.delete(guildId)
     this.send({ type: op === '+' ? 'joined' : 'left', platform: s.platform, id: s.id, channel: guildId })
+  }
+
+  /**
+   * A message Koishi received. Counted if it is a group message, received by a bot this plugin
+   * reports, and not sent by one of them: a bot's own messages (OneBot's `message_sent` echo,
+   * or one of our bots' replies as another of our bots receives it) are what this Koishi says,
+   * not traffic it has to answer, and counting a reply only where a second bot of ours happens
+   * to be in the group would make the weight depend on the fleet. Counted by the guild id: the
+   * id reported as the channel (on OneBot the group number, the same as the channel id).
+   * @param {import('koishi').Session} session
+   */
+  onMessage(session) {
+    if (!this.messages || this.disposed) return
+    const platform = session.platform
+    const bot = session.selfId
+    if (!platform || !bot || !this.bots.has(key(platform, bot))) return
+    if (session.isDirect) return
+    const channel = session.guildId
+    if (!channel || !validChannel(channel)) return
+    const user = session.userId ?? ''
+    if (user && this.bots.has(key(platform, user))) return
+    const timestamp = typeof session.timestamp === 'number' && Number.isFinite(session.timestamp) ? session.timestamp : Date.now()
+    // The first count after a report: the loop may be sleeping until the next heartbeat.
+    if (this.messages.seen(platform, channel, bot, user, session.content ?? '', timestamp)) this.sleeper.wake()
   }
 
   /** The service may have forgotten us (the stream reconnected): heartbeat now; 409 → PUT. */
@@ -209,9 +243,11 @@ class Reporter {
     let attempt = 0
     let lastSent = 0
     while (!this.disposed) {
-      if (!this.needsFull && !this.queue.length && !this.heartbeatDue) {
+      const now = Date.now()
+      const messagesAt = this.messagesAt()
+      if (!this.needsFull && !this.queue.length && !this.heartbeatDue && now < messagesAt) {
         // Any request counts as a heartbeat; one is due `heartbeatInterval` after the last.
-        const wait = lastSent + this.config.heartbeatInterval - Date.now()
+        const wait = Math.min(lastSent + this.config.heartbeatInterval, messagesAt) - now
         if (wait > 0) {
           await this.sleeper.sleep(wait)
           continue
@@ -236,10 +272,17 @@ class Reporter {
     }
   }
 
+  /** When the pending message counts may go out (Infinity: none pending). */
+  messagesAt() {
+    if (!this.messages?.size) return Infinity
+    return this.messagesSentAt + this.messageInterval
+  }
+
   async flushOnce() {
     const signal = this.abort.signal
     if (this.needsFull) {
-      // Events from now on go to the queue and are sent after this state.
+      // Events from now on go to the queue and are sent after this state. Message counts are
+      // not part of the state: they stay pending and follow in the next request.
       this.needsFull = false
       this.queue = []
       this.heartbeatDue = false
@@ -248,14 +291,24 @@ class Reporter {
       this.logger.debug('reported %d bot(s) to the service', state.bots.length)
       return
     }
-    if (this.queue.length) {
-      const events = this.queue.splice(0, EVENTS_PER_REQUEST)
+    // Message counts ride along with the fleet events, or replace the heartbeat.
+    const taken = Date.now() >= this.messagesAt() ? this.messages?.take() ?? null : null
+    if (this.queue.length || taken) {
+      const fleet = this.queue.splice(0, EVENTS_PER_REQUEST)
+      /** @type {FleetEvent[]} */
+      const events = taken ? [...fleet, ...MessageCounter.events(taken)] : fleet
       this.heartbeatDue = false
+      if (taken) this.messagesSentAt = Date.now()
       try {
         await request(this.config, 'POST', this.path + '/events', { events }, signal)
       } catch (e) {
+        if (taken) this.unsent(taken, e, fleet.length > 0)
         if (e instanceof HttpError && e.status === 409) return this.conflict()
         throw e
+      }
+      if (taken) {
+        const { messages, channels } = MessageCounter.total(taken)
+        this.logger.debug('reported %d message(s) in %d channel(s)', messages, channels)
       }
       return
     }
@@ -266,6 +319,34 @@ class Reporter {
       if (e instanceof HttpError && e.status === 409) return this.conflict()
       throw e
     }
+  }
+
+  /**
+   * Message counts whose request failed. They are kept, and sent with the next request that
+   * can carry them (after the PUT that a 409 or a failure calls for), except when the service
+   * refused a request that carried nothing else: the same counts would be refused again.
+   *
+   * * 409: the service checks the reporter before it applies any event of a request, so none
+   *   of these counts was added: sending them again counts them exactly once. A 409 loop
+   *   (PUT, then 409 again) cannot add them twice either.
+   * * No answer (connection lost, timeout, 5xx): the service may or may not have added them.
+   *   Sending them again counts them twice in the rare case it had (a request that timed out
+   *   after the service applied it); dropping them would lose them in the common case (the
+   *   service down, or restarting). A weight is a day-long average, so one report too many
+   *   after an outage is the smaller error.
+   * @param {import('./messages').Counts} taken @param {unknown} e @param {boolean} withFleet
+   */
+  unsent(taken, e, withFleet) {
+    const { messages, channels } = MessageCounter.total(taken)
+    const refused = e instanceof HttpError && e.status !== 409 && !isOutage(e)
+    if (refused && !withFleet) {
+      this.logger.warn('the service refused the counts of %d message(s) in %d channel(s); dropped: %s', messages, channels, describe(e))
+      return
+    }
+    /** @type {MessageCounter} */ (this.messages).restore(taken)
+    // the next request may carry them again at once
+    this.messagesSentAt = 0
+    this.logger.debug('counts of %d message(s) in %d channel(s) not delivered (%s): kept for the next report', messages, channels, describe(e))
   }
 
   conflict() {
@@ -284,8 +365,19 @@ class Reporter {
     // a request in flight ends within requestTimeout
     if (loop) await loop.catch(() => {})
     if (!this.started) return
+    const quick = { ...this.config, requestTimeout: Math.min(this.config.requestTimeout, 3000) }
+    // The last counts, before the reporter is gone (the service keeps them: they are the
+    // channels', not the reporter's).
+    const taken = this.needsFull ? null : this.messages?.take()
+    if (taken) {
+      try {
+        await request(quick, 'POST', this.path + '/events', { events: MessageCounter.events(taken) })
+      } catch (e) {
+        this.logger.debug('last message counts not delivered: %s', describe(e))
+      }
+    }
     try {
-      await request({ ...this.config, requestTimeout: Math.min(this.config.requestTimeout, 3000) }, 'DELETE', this.path)
+      await request(quick, 'DELETE', this.path)
     } catch (e) {
       this.logger.debug('DELETE %s failed: %s', this.path, describe(e))
     }

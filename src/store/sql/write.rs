@@ -222,28 +222,30 @@ impl SqlStore {
                             .inserted_id()
                             .ok_or_else(|| sqlx::Error::Protocol("no id for the inserted rebalance".into()))?
                     };
-                    let mut q = QueryBuilder::new(
-                        "INSERT INTO auto_assign_rebalance_platform \
-                         (rebalance_id, platform, channels, unassigned, moved_forced, moved_voluntary, \
-                          bots, mean, stddev, min_load, max_load, gap) ",
-                    );
-                    q.push_values(&run.platforms, |mut row, p| {
-                        row.push_bind(id)
-                            .push_bind(p.platform.clone())
-                            .push_bind(p.channels)
-                            .push_bind(p.unassigned)
-                            .push_bind(p.forced)
-                            .push_bind(p.voluntary)
-                            .push_bind(p.bots)
-                            .push_bind(p.mean)
-                            .push_bind(p.stddev)
-                            .push_bind(p.min)
-                            .push_bind(p.max)
-                            // MySQL has no infinity (a lower bound of 0), SQLite no NaN: no gap
-                            // to record, rather than a transaction that fails on every retry.
-                            .push_bind(p.gap.filter(|gap| gap.is_finite()));
-                    });
+                    // A run that planned no platform (nothing reported yet) has no rows here:
+                    // sqlx refuses to build a VALUES list of none.
                     if !run.platforms.is_empty() {
+                        let mut q = QueryBuilder::new(
+                            "INSERT INTO auto_assign_rebalance_platform \
+                             (rebalance_id, platform, channels, unassigned, moved_forced, moved_voluntary, \
+                              bots, mean, stddev, min_load, max_load, gap) ",
+                        );
+                        q.push_values(&run.platforms, |mut row, p| {
+                            row.push_bind(id)
+                                .push_bind(p.platform.clone())
+                                .push_bind(p.channels)
+                                .push_bind(p.unassigned)
+                                .push_bind(p.forced)
+                                .push_bind(p.voluntary)
+                                .push_bind(p.bots)
+                                .push_bind(p.mean)
+                                .push_bind(p.stddev)
+                                .push_bind(p.min)
+                                .push_bind(p.max)
+                                // MySQL has no infinity (a lower bound of 0), SQLite no NaN: no gap
+                                // to record, rather than a transaction that fails on every retry.
+                                .push_bind(p.gap.filter(|gap| gap.is_finite()));
+                        });
                         q.build().execute(&mut **tx).await?;
                     }
                 }
