@@ -3,7 +3,8 @@
 // koishi-plugin-auto-assign: Koishi follows the auto-assign service.
 //
 // * Fleet source: reports this Koishi's bots, their status and their guilds to the service
-//   (PUT /v1/fleet/reporters/{name}, then events and heartbeats).
+//   (PUT /v1/fleet/reporters/{name}, then events and heartbeats), and how many messages each
+//   group receives (for the service's `balanceBy: messages`).
 // * Applier: follows GET /v1/assignments/stream and writes each group's assignee with
 //   ctx.database.upsert('channel', ...), so it works on every database Koishi supports.
 
@@ -38,6 +39,7 @@ const REPORTER_NAME = /^[A-Za-z0-9_.:-]*$/ // empty: the default
  * @property {number} retryMin
  * @property {number} retryMax
  * @property {number} requestTimeout
+ * @property {number} messageReportInterval
  */
 
 /** @type {import('koishi').Schema<Config>} */
@@ -58,6 +60,8 @@ const Config = Schema.object({
     .description('Longest retry delay.'),
   requestTimeout: Schema.natural().role('ms').min(100).default(10000)
     .description('Timeout of one request to the service (and of one `getGuildList` page).'),
+  messageReportInterval: Schema.number().min(0).default(10)
+    .description('Seconds between two reports of how many messages each group received (each message counted once, however many bots got it), for the service\'s `balanceBy: messages`. 0: not reported.'),
 })
 
 /**
@@ -84,6 +88,7 @@ function apply(ctx, config) {
     retryMin: Math.min(config.retryMin, config.retryMax),
     retryMax: Math.max(config.retryMin, config.retryMax),
     requestTimeout: config.requestTimeout,
+    messageReportInterval: config.messageReportInterval ?? 10,
   }
   const link = new Link(logger, config.endpoint)
   const fleet = new Reporter(ctx, options, link)
@@ -117,6 +122,10 @@ function apply(ctx, config) {
   ctx.on('guild-member-removed', (session) => {
     if (session.userId && session.userId === session.selfId) guild(session, '-')
   })
+
+  // Group messages, counted for the service's weights (every bot's copy: the reporter counts
+  // each message once).
+  if (options.messageReportInterval > 0) ctx.on('message', (session) => fleet.onMessage(session))
 
   ctx.on('ready', async () => {
     logger.info('following the auto-assign service at %s as reporter %s', config.endpoint, reporter)

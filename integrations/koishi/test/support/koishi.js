@@ -162,6 +162,29 @@ async function createKoishi({ dir, bots, plugin, pluginConfig, appConfig = {} })
       const replies = await Promise.all(recipients.map(b => b.client(userId, group).receive('ping')))
       return recipients.filter((_, i) => replies[i].length).map(b => b.selfId).sort()
     },
+    /**
+     * One group message from `userId`, delivered to `bots` (default: every online bot in the
+     * group), each getting its own session with its own message id, as OneBot accounts do.
+     * `timestamp`: the message's time for every copy (OneBot's `time`, the same for every
+     * recipient); without it each session gets the time it is created. `content` may depend on
+     * the receiving bot (an image URL signed per account). Resolves when Koishi has handled
+     * every copy (a bot's own message is not handled by Koishi: not waited for).
+     * @param {string} group @param {string} userId @param {string | ((bot: string) => string)} content
+     * @param {{ bots?: string[], timestamp?: number }} [opts]
+     */
+    async deliver(group, userId, content, { bots, timestamp } = {}) {
+      const recipients = bots
+        ? bots.map(id => k.bot(id))
+        : [...forks.values()].map(e => e.bot).filter(b => b.guilds.has(group) && b.status === Universal.Status.ONLINE)
+      await Promise.all(recipients.map((b) => {
+        const client = b.client(userId, group)
+        if (timestamp !== undefined) client.event.timestamp = timestamp
+        // receive() copies client.event synchronously
+        const done = client.receive(typeof content === 'function' ? content(b.selfId) : content)
+        delete client.event.timestamp
+        return userId === b.selfId ? undefined : done
+      }))
+    },
     /** @param {string[]} groups @returns {Promise<Record<string, string[]>>} */
     async answers(groups) {
       const r = await Promise.all(groups.map(g => k.whoAnswers(g)))
