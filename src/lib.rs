@@ -6,8 +6,9 @@
 //!
 //! * **Core**, pure and synchronous: [`model`] (ids, `platform:id` keys), [`index`] (the
 //!   bipartite channel ↔ bot index, updated in O(degree)), [`balance`] (the planner:
-//!   `optimal`, exact; `greedy`, the Koishi plugin's; `provisional`, the assignees given at once
-//!   to channels left without a valid bot; [`balance::Rules`] is where a constraint goes),
+//!   `optimal`, exact, within capacities; `weighted`, by messages, with a certified gap;
+//!   `greedy`, the Koishi plugin's; `provisional`, the assignees given at once to channels left
+//!   without a valid bot; [`balance::Rules`] is where a constraint goes),
 //!   [`triggers`] (when to rebalance), [`explain`].
 //! * **Parts**, each owning its settings: [`source`] (fleet sources turning the outside world
 //!   into [`source::FleetEvent`]s: `file`, `onebot`, `http` reporters), [`store`] (the
@@ -15,8 +16,9 @@
 //!   engine), [`outputs`] (Redis publication, the follower's view of it, presence), [`view`]
 //!   (the assignment as the API and ingress read it, without a lock), [`pallas`] (claims,
 //!   gates, ingress decisions, the federate pool), [`leader`] (lease, terms, fencing; `duty`
-//!   is what the other parts need of it), [`metrics`], [`status`] (what the API shows of the
-//!   parts, behind one read-only handle), [`watch`], and the helpers [`yaml`], [`secret`],
+//!   is what the other parts need of it), [`weights`] (each channel's message rate, counted by
+//!   the sources and folded by the engine, for `balanceBy: messages`), [`metrics`], [`status`]
+//!   (what the API shows of the parts, behind one read-only handle), [`watch`], and the helpers [`yaml`], [`secret`],
 //!   [`logs`], [`clock`], [`backoff`], [`pages`], [`presence`].
 //! * **Shell**: [`config`] gathers the parts' settings and validates them once per load;
 //!   [`engine`] is the one writer (events → index → triggers → planner → store), told what to

@@ -25,6 +25,8 @@ each group's assignee, so exactly one bot answers in each group.
 * Set \`autoAssign: false\` in the global settings (koishi.yml), so that only the service decides.
 * The service needs \`api.bind\` and \`sources.http\` in its config.yaml; put its \`api.token\` here.
 * Never point the service's \`database.url\` at this Koishi's SQLite file.
+* It also reports how many messages each group receives, for the service's \`balanceBy: messages\`
+  (\`messageReportInterval\`; 0 turns that off).
 `
 
 const REPORTER_NAME = /^[A-Za-z0-9_.:-]*$/ // empty: the default

@@ -372,6 +372,8 @@ class Reporter {
     if (taken) {
       try {
         await request(quick, 'POST', this.path + '/events', { events: MessageCounter.events(taken) })
+        const { messages, channels } = MessageCounter.total(taken)
+        this.logger.debug('reported %d message(s) in %d channel(s) before stopping', messages, channels)
       } catch (e) {
         this.logger.debug('last message counts not delivered: %s', describe(e))
       }

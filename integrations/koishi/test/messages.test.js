@@ -134,7 +134,7 @@ test('1. each message once, however many bots got it; bots\' own messages and di
   await koishi.deliver(G(4), '1002', 'pong:1002', { bots: ['1001'] })
   await koishi.deliver(G(4), '1001', 'pong:1001', { bots: ['1001', '1002'] })
   // a direct message is not a group's
-  await koishi.bot('1001').client('u9').receive('hi')
+  await koishi.bot('1001').client('u9', /** @type {any} */ (undefined)).receive('hi')
 
   // group 3: silent
   const w = await weightsBecome({ [G(1)]: 10, [G(2)]: 3, [G(3)]: 0, [G(4)]: 2 })
@@ -145,16 +145,18 @@ test('1. each message once, however many bots got it; bots\' own messages and di
 
 test('2. counts refused with 409 (the service forgot the reporter) are sent again after the full state, once', async () => {
   const w1 = await weights()
-  // a report period passes: nothing pending
-  await sleep(INTERVAL * 1500)
+  // one message, reported: the next heartbeat is 4 s away, the next report 1 s
+  const reports = pluginLines(/reported 1 message\(s\) in 1 channel/).length
+  await koishi.deliver(G(5), 'u10', 'before the delete')
+  await waitFor(() => pluginLines(/reported 1 message\(s\) in 1 channel/).length > reports, 3000, 'reported')
   const notDelivered = pluginLines(/not delivered \(.*HTTP 409/).length
   const conflicts = pluginLines(/does not know reporter/).length
   assert.equal((await service.api('DELETE', `/v1/fleet/reporters/${REPORTER}`)).status, 200)
-  // the counts are the next request (the heartbeat is 4 s away): they get the 409
+  // the counts are the next request: they get the 409
   for (let i = 0; i < 4; i++) await koishi.deliver(G(5), 'u10', 'after the delete ' + i)
   await waitFor(() => pluginLines(/does not know reporter/).length > conflicts, 4000, '409 seen')
   assert.ok(pluginLines(/not delivered \(.*HTTP 409/).length > notDelivered, 'the counts got the 409')
-  const w = await weightsBecome({ [G(5)]: 4 })
+  const w = await weightsBecome({ [G(5)]: 5 })
   // what the service did with the other groups' weights while the reporter was gone
   console.log(`# after the reporter was forgotten and re-reported: group 1 ${w[G(1)]} (was ${w1[G(1)]}), group 5 ${w[G(5)]}`)
 })
@@ -172,18 +174,24 @@ test('3. counts made while the service is down are sent when it is back, once', 
 })
 
 test('4. disposing the plugin sends the counts still pending', async () => {
-  // two messages, and the plugin stops at once, before its next report
+  // one message, reported; two more, and the plugin stops at once, before its next report
+  const reports = pluginLines(/reported 1 message\(s\) in 1 channel/).length
+  await koishi.deliver(G(7), 'u12', 'reported')
+  await waitFor(() => pluginLines(/reported 1 message\(s\) in 1 channel/).length > reports, 3000, 'reported')
   await koishi.deliver(G(7), 'u12', 'just before the stop')
   await koishi.deliver(G(7), 'u12', 'just before the stop, again')
+  const stops = service.count(/fleet reporter koishi-messages: stopped/) // test 2's DELETE
   koishi.pluginFork.dispose()
-  await waitFor(() => service.count(/fleet reporter koishi-messages: stopped/) > 0, 3000, 'DELETE seen by the service')
-  await weightsBecome({ [G(7)]: 2 })
+  await waitFor(() => service.count(/fleet reporter koishi-messages: stopped/) > stops, 3000, 'DELETE seen by the service')
+  assert.ok(pluginLines(/reported 2 message\(s\) in 1 channel\(s\) before stopping/).length, 'sent on dispose')
+  await weightsBecome({ [G(7)]: 3 })
 })
 
 test('5. messageReportInterval 0: nothing counted', async () => {
+  const connects = service.count(/fleet reporter koishi-messages: connected/)
   const fork = koishi.app.plugin(plugin, { ...pluginConfig, messageReportInterval: 0 })
   try {
-    await waitFor(() => service.count(/fleet reporter koishi-messages: connected/) >= 2, 5000, 'reported again')
+    await waitFor(() => service.count(/fleet reporter koishi-messages: connected/) > connects, 5000, 'reported again')
     const before = (await weights())[G(3)]
     for (let i = 0; i < 5; i++) await koishi.deliver(G(3), 'u13', 'not counted ' + i)
     await sleep(INTERVAL * 2000)

@@ -41,6 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "auto_assign_reconnect_max": 0.5,
         "auto_assign_retry_after": 0.5,
         "auto_assign_timeout": 2.0,
+        # Message counts reach the service's weights within a fraction of a second.
+        "auto_assign_message_report_interval": 0.2,
     }
 
 

@@ -135,6 +135,18 @@ class Service:
             r.raise_for_status()
             return r.json()
 
+    async def delete(self, path: str) -> None:
+        async with httpx.AsyncClient(
+            base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, trust_env=False
+        ) as c:
+            r = await c.delete(path)
+            r.raise_for_status()
+
+    async def weights(self) -> dict[str, float]:
+        """``GET /v1/weights/onebot``: every known group's weight (messages a day)."""
+        w: dict[str, float] = (await self.get(f"/v1/weights/{PLATFORM}"))["weights"]
+        return w
+
     async def assignment(self) -> dict[str, str]:
         a: dict[str, str] = (await self.get(f"/v1/assignments?platform={PLATFORM}")).get(
             PLATFORM, {}

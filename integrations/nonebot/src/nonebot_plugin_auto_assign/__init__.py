@@ -6,6 +6,8 @@
   ``POST /v1/ingress``.
 * **Fleet source**: the bots connected to this NoneBot, with their group lists and their own
   join and leave notices, reported to the service (``/v1/fleet/reporters/{name}``).
+* **Message counts**: how many messages each group received, each counted once however many
+  bots of this process received it, reported with the fleet (the service's channel weights).
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ from nonebot.plugin import PluginMetadata
 from .client import Rejected, ServiceClient, Unreachable
 from .config import Config
 from .fleet import Reporter
-from .gate import ASSIGNEE_OFFLINE, Claims, Stats, Verdict, is_command, local_verdict
+from .gate import (
+    ASSIGNEE_OFFLINE,
+    Claims,
+    Stats,
+    Verdict,
+    counted_by_service,
+    is_command,
+    local_verdict,
+)
 from .state import Assignment
 
 __all__ = ["Config", "Verdict", "config", "runtime"]
@@ -83,7 +93,9 @@ class Runtime:
             config.auto_assign_platform,
             heartbeat=lambda: config.auto_assign_heartbeat_interval,
             client=lambda: self.client,
+            message_interval=lambda: config.auto_assign_message_report_interval,
         )
+        self.messages = self.reporter.messages
         self.claims = Claims(
             platform=config.auto_assign_platform,
             plugin=config.auto_assign_claim_plugin,
@@ -351,12 +363,49 @@ async def decide(bot: Bot, event: GroupMessageEvent) -> Verdict:
         return runtime.claims.unreachable("error")
 
 
+# ------------------------------------------------------------------------------ message counts
+def _count(event: GroupMessageEvent, verdict: Verdict | None) -> None:
+    """Counts a group message for its group's weight, once per process and, with the same rule
+    in every process, once in the fleet: unless the service counted it already (it counts the
+    ``POST /v1/ingress`` decision that goes to the assignee or wins the claim), or the group is
+    assigned to an online bot of another process (that process counts it). Messages of bots of
+    the fleet are not counted."""
+    messages = runtime.messages
+    if not config.auto_assign_report_fleet or not messages.enabled:
+        return
+    if not messages.first_sight((event.group_id, event.user_id, event.raw_message, event.time)):
+        return  # another bot of this process received it: decided already
+    state = runtime.state
+    if state.is_fleet_bot(str(event.user_id), driver.bots):
+        return
+    group = str(event.group_id)
+    assignee = state.table.get(group)
+    if verdict is not None and verdict.reason.startswith("service"):
+        decision = runtime.claims.answer(event)  # None: the service was not reached
+        if decision is not None:
+            if counted_by_service(decision):
+                messages.left += 1
+                return
+            named = decision.get("assignee")
+            if isinstance(named, str):
+                assignee = named
+    if assignee is not None and assignee not in driver.bots and assignee not in state.ours:
+        fleet = state.fleet
+        if fleet is None or fleet.get(assignee, True):
+            messages.elsewhere += 1
+            return  # an online bot of another process: that process counts it
+    messages.add(group)
+
+
+# ------------------------------------------------------------------------------ the preprocessor
 @event_preprocessor
 async def auto_assign_preprocessor(bot: Bot, event: Event) -> None:
     if isinstance(event, GroupMessageEvent):
         if not config.auto_assign_enabled:
+            _count(event, None)
             return
         verdict = await decide(bot, event)
+        _count(event, verdict)
         if config.auto_assign_log_decisions:
             logger.debug(
                 f"auto-assign: {bot.self_id} group {event.group_id} message {event.message_id}: "

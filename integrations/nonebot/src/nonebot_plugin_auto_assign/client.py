@@ -1,7 +1,8 @@
 """The auto-assign service's HTTP API, as this plugin uses it (httpx, whatever NoneBot driver).
 
 Routes: ``POST /v1/ingress`` (claims), ``PUT|DELETE /v1/fleet/reporters/{name}``,
-``POST /v1/fleet/reporters/{name}/events`` and ``/heartbeat`` (the fleet source),
+``POST /v1/fleet/reporters/{name}/events`` and ``/heartbeat`` (the fleet source, and the
+group message counts),
 ``GET /v1/assignments/stream`` (Server-Sent Events) and ``GET /v1/bots``.
 """
 
@@ -29,6 +30,10 @@ class UnknownReporter(Exception):
 class Rejected(Exception):
     """Any other error status (4xx): a request the service refuses (a bug or a wrong token)."""
 
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 def _check(response: httpx.Response) -> httpx.Response:
     status = response.status_code
@@ -42,7 +47,7 @@ def _check(response: httpx.Response) -> httpx.Response:
         raise UnknownReporter(message)
     if status >= 500:
         raise Unreachable(f"HTTP {status}: {message}")
-    raise Rejected(f"HTTP {status}: {message}")
+    raise Rejected(f"HTTP {status}: {message}", status)
 
 
 class ServiceClient:

@@ -68,6 +68,11 @@ class Config(BaseModel):
     messages of fleet bots and offline assignees of other processes; also read at every
     (re)connection of the stream and after every assignment change."""
 
+    auto_assign_message_report_interval: float = 10.0
+    """Seconds between two reports of the group message counts (the service's channel weights
+    for ``balanceBy: messages``); they ride along with the reporter's requests. 0: messages
+    are not counted."""
+
     auto_assign_retry_after: float = 5.0
     """After a claim failed because the service could not be reached, further claims within
     this many seconds apply ``when_unreachable`` at once instead of waiting for a timeout."""

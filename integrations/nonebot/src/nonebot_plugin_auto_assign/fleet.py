@@ -6,6 +6,11 @@ heartbeat. The service keeps reporters in memory only: a 409 (it restarted, or d
 us for ``offlineGrace``) is answered with the full state, and so is any failed request once the
 service is back, since the full state is authoritative (it replaces what was reported before).
 One task sends everything, in order.
+
+The group message counts (``messages.py``) ride along as a ``messages`` event, at most every
+``message_report_interval`` seconds: with the events when there are any, else instead of a
+heartbeat. They stay pending until the service acknowledges them: a failed request, or a 409
+and the full state that follows it, sends them again with the next events.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ import anyio
 from nonebot import logger
 
 from .client import Rejected, ServiceClient, UnknownReporter, Unreachable
+from .messages import MessageCounter
+
+REFUSED_EVENT = (400, 413, 422)
+"""Statuses with which a service that does not know ``messages`` events refuses them."""
 
 
 class Reporter:
@@ -27,11 +36,14 @@ class Reporter:
         platform: str,
         heartbeat: Callable[[], float],
         client: Callable[[], ServiceClient | None],
+        message_interval: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.name = name
         self.platform = platform
         self._heartbeat = heartbeat
         self._client = client
+        self.messages = MessageCounter(message_interval, wake=lambda: self._wake.set())
+        """Group message counts, reported with the events."""
         self.groups: dict[str, set[str]] = {}
         """Bots reported online → their groups."""
         self._pending: list[dict[str, Any]] = []
@@ -159,10 +171,18 @@ class Reporter:
                 delay = 0.0
             else:
                 delay = last_contact + self._heartbeat() - now
+                counts_due = self.messages.due_at()
+                if counts_due is not None:
+                    delay = min(delay, counts_due - now)
             if delay > 0:
                 with anyio.move_on_after(delay):
                     await self._wake.wait()
-            self._wake = anyio.Event()
+                woken = self._wake.is_set()
+                self._wake = anyio.Event()
+                if woken and not failures:
+                    continue  # see what is due now (a change: at once; counts: maybe later)
+            else:
+                self._wake = anyio.Event()
             client = self._client()
             if client is None or client.closed:
                 return
@@ -184,6 +204,8 @@ class Reporter:
 
     async def _send_once(self, client: ServiceClient) -> None:
         seq = self._seq
+        now = time.monotonic()
+        counts = self.messages.take(now)
         if self._need_full:
             bots = self._full_state()
             self._pending.clear()  # the full state covers them
@@ -194,16 +216,23 @@ class Reporter:
                 f"auto-assign: reporter {self.name}: full state sent "
                 f"({len(bots)} bot(s), {sum(len(b['channels']) for b in bots)} group(s))"
             )
-        elif self._pending:
+        elif self._pending or counts:
             events, self._pending = self._pending, []
+            body = events + self._messages_event(counts)
             try:
-                await client.reporter_events(self.name, events)
+                await client.reporter_events(self.name, body)
             except UnknownReporter:
+                # Nothing was applied: the full state covers the events, the counts are sent
+                # after it.
                 self._need_full = True
                 return
-            except BaseException:
+            except BaseException as e:
                 self._pending[:0] = events  # resent (or covered by the full state)
+                if counts and isinstance(e, Rejected) and e.status in REFUSED_EVENT:
+                    self.messages.refuse(e)
                 raise
+            if counts:
+                self.messages.sent(counts, now)
         else:
             try:
                 await client.heartbeat(self.name)
@@ -217,10 +246,24 @@ class Reporter:
         self._sent_event.set()
         self._sent_event = anyio.Event()
 
+    def _messages_event(self, counts: dict[str, int]) -> list[dict[str, Any]]:
+        if not counts:
+            return []
+        return [{"type": "messages", "platform": self.platform, "counts": counts}]
+
     async def stop(self, client: ServiceClient | None) -> None:
-        """The process stops: its bots go offline at once (not after ``offlineGrace``)."""
+        """The process stops: the counts not reported yet are sent, and its bots go offline at
+        once (not after ``offlineGrace``)."""
         if client is None or client.closed:
             return
+        now = time.monotonic()
+        counts = self.messages.take(now, force=True)
+        if counts and not self._need_full:
+            try:
+                await client.reporter_events(self.name, self._messages_event(counts))
+                self.messages.sent(counts, now)
+            except (Unreachable, Rejected, UnknownReporter) as e:
+                logger.debug(f"auto-assign: reporter {self.name}: last counts not sent: {e}")
         try:
             await client.delete_reporter(self.name)
         except (Unreachable, Rejected, UnknownReporter) as e:

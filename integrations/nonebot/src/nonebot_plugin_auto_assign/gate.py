@@ -110,6 +110,18 @@ KEPT_ANSWERS = 2048
 STALE_RETRIES = 5
 
 
+def counted_by_service(decision: dict[str, Any]) -> bool:
+    """Did the service count this message for its channel weight when it decided it? It
+    counts the decision that goes to the assignee or wins the claim: exactly one per message,
+    whoever asked. A decision for another bot, or that lost the claim, is one of the others;
+    a message that lost the claim was counted for its winner. A federate pool's decision
+    (``local; outcome``), a mention or the fanout lane is not counted."""
+    reason = str(decision.get("reason", ""))
+    if ";" in reason:
+        return False
+    return reason == "assignee" or "won the claim" in reason or "claimed by another bot" in reason
+
+
 class Claims:
     """Asks the service about messages the local assignment cannot decide."""
 
@@ -131,6 +143,12 @@ class Claims:
         self._answers: OrderedDict[Key, Answer] = OrderedDict()
         self._down_until = 0.0
         self._outage = False
+
+    def answer(self, event: GroupMessageEvent) -> dict[str, Any] | None:
+        """The service's decision recorded for this message (the last one asked), if any."""
+        text = event.original_message.extract_plain_text()
+        answer = self._answers.get((event.group_id, event.user_id, text, event.time))
+        return None if answer is None else answer[1]
 
     def unreachable(self, why: str) -> Verdict:
         self.stats.unreachable += 1
