@@ -519,7 +519,7 @@ fn weigh(p: &PlatformIndex, resolved: &Resolved, plan: &mut PlatformPlan) {
                     BalanceBy::Channels => count as f64,
                     BalanceBy::Messages => weighted[b as usize],
                 };
-                (load > cap + 1e-9 * cap.abs().max(1.0)).then(|| (b, load - cap))
+                (load > cap + 1e-9 * cap.abs().max(1.0)).then_some((b, load - cap))
             })
             .collect();
     }

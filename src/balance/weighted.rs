@@ -479,16 +479,19 @@ fn lower_bound(inst: &Instance, plan_load: &[f64]) -> f64 {
     best.max(0.0)
 }
 
+/// The best assignment found so far, with its (excess, Σ L², moves).
+type Found = ((f64, f64, usize), Vec<Option<BotIx>>);
+
 /// The optimum by trying every assignment, when there are few enough; lexicographic on
 /// (excess, Σ L², moves from the previous assignment).
 fn exact(inst: &Instance) -> Option<Vec<Option<BotIx>>> {
     let mut choices: u64 = 1;
     let mut free = Vec::new();
     let mut assign: Vec<Option<BotIx>> = vec![None; inst.channels()];
-    for c in 0..inst.channels() {
+    for (c, slot) in assign.iter_mut().enumerate() {
         match inst.valid(c) {
             [] => {}
-            [only] => assign[c] = Some(*only),
+            [only] => *slot = Some(*only),
             more => {
                 choices = choices.saturating_mul(more.len() as u64);
                 if choices > EXACT_CHOICES {
@@ -499,7 +502,7 @@ fn exact(inst: &Instance) -> Option<Vec<Option<BotIx>>> {
         }
     }
     let mut load = inst.loads(&assign);
-    let mut best: Option<((f64, f64, usize), Vec<Option<BotIx>>)> = None;
+    let mut best: Option<Found> = None;
     search(inst, &free, 0, &mut assign, &mut load, &mut best);
     best.map(|(_, a)| a)
 }
@@ -510,7 +513,7 @@ fn search(
     i: usize,
     assign: &mut Vec<Option<BotIx>>,
     load: &mut Vec<f64>,
-    best: &mut Option<((f64, f64, usize), Vec<Option<BotIx>>)>,
+    best: &mut Option<Found>,
 ) {
     if i == free.len() {
         let (excess, sq) = inst.score(load);

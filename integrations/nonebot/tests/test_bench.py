@@ -58,6 +58,21 @@ async def test_gate_overhead_for_an_assigned_group(app: App, service: Service, c
                     pass
                 samples.append(time.perf_counter_ns() - t0)
             results[label] = _figures(samples)
+        # The same, each call a new message (the assignee's process counts it for the group's
+        # weight; the other calls found the message counted already).
+        bot = bots[owner]
+        first = group_message(owner, group, "hello there", seq=700_002)
+        events = [first.model_copy(update={"time": first.time + n}) for n in range(CALLS)]
+        pending = dict(runtime.messages.pending)
+        counted = runtime.messages.counted
+        samples = []
+        for event in events:
+            t0 = time.perf_counter_ns()
+            await auto_assign_preprocessor(bot, event)
+            samples.append(time.perf_counter_ns() - t0)
+        assert runtime.messages.counted == counted + CALLS
+        runtime.messages.pending = pending  # not for the service's weights (nothing awaited)
+        results["assignee, a new message each"] = _figures(samples)
         assert runtime.stats.requests == requests  # no network round trip
 
         # NoneBot's whole dispatch (the preprocessor with its dependency injection, then the

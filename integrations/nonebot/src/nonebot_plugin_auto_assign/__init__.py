@@ -371,7 +371,11 @@ def _count(event: GroupMessageEvent, verdict: Verdict | None) -> None:
     assigned to an online bot of another process (that process counts it). Messages of bots of
     the fleet are not counted."""
     messages = runtime.messages
-    if not config.auto_assign_report_fleet or not messages.enabled:
+    if (
+        config.auto_assign_message_report_interval <= 0
+        or messages.refused
+        or not config.auto_assign_report_fleet
+    ):
         return
     if not messages.first_sight((event.group_id, event.user_id, event.raw_message, event.time)):
         return  # another bot of this process received it: decided already
