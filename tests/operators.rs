@@ -397,7 +397,7 @@ fn the_dashboard_shows_the_fleet_and_follows_it_live() {
                 (
                     -load,
                     bot.clone(),
-                    json!([bot, state, "-", load.to_string()]),
+                    json!([bot, state, "-", load.to_string(), "-", "-"]),
                 )
             })
             .collect();

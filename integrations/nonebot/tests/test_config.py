@@ -16,6 +16,7 @@ async def test_config_comes_from_env_file_and_init(service: Service) -> None:
     assert plugin.runtime.reporter.name == "nonebug"
     # nonebot.init keyword arguments (conftest) and the driver's config (the service's URL)
     assert plugin.config.auto_assign_heartbeat_interval == 1.0
+    assert plugin.config.auto_assign_message_report_interval == 0.2
     assert plugin.config.auto_assign_url == service.url
     # defaults
     assert plugin.config.auto_assign_gate == "all"
@@ -35,6 +36,9 @@ async def test_config_model_reads_env_style_values() -> None:
         {"auto_assign_when_unreachable": "silent", "auto_assign_timeout": "1.5", "auto_assign_enabled": "false"}
     )
     assert (c.auto_assign_when_unreachable, c.auto_assign_timeout, c.auto_assign_enabled) == ("silent", 1.5, False)
+    assert c.auto_assign_message_report_interval == 10.0  # the default
+    off = type_validate_python(Config, {"auto_assign_message_report_interval": "0"})
+    assert off.auto_assign_message_report_interval == 0.0
 
 
 async def test_default_reporter_name(monkeypatch: object) -> None:

@@ -399,6 +399,11 @@ impl Hub {
         Some(admins)
     }
 
+    /// Whether `user` is a bot this source knows (its messages are replies, not traffic).
+    pub fn is_bot(&self, user: &str) -> bool {
+        self.bots.lock().contains_key(user)
+    }
+
     pub fn is_quarantined(&self, bot: &str) -> bool {
         self.with(bot, |s| s.quarantined)
     }

@@ -71,6 +71,8 @@ pub enum Event {
     /// many bots deliver it).
     GroupMessage {
         group: String,
+        /// The sender: a bot of the fleet replying is not traffic to balance.
+        user: String,
         /// The claims' signature key (Pallas-Bot's, with the time).
         signature: u64,
     },
@@ -278,7 +280,11 @@ fn parse_event(v: &Value) -> Result<Event, FrameError> {
                 Time::Included,
             )
             .key();
-            Ok(Event::GroupMessage { group, signature })
+            Ok(Event::GroupMessage {
+                group,
+                user,
+                signature,
+            })
         }
         _ => Ok(Event::Other),
     }
@@ -507,8 +513,23 @@ mod tests {
         );
         let other_admin = r#"{"post_type":"notice","notice_type":"group_admin","sub_type":"unset","self_id":1001,"user_id":5,"group_id":7}"#;
         assert_eq!(parse(other_admin).unwrap(), Frame::Event(Event::Other));
-        let msg = r#"{"post_type":"message","message_type":"group","self_id":1,"group_id":2,"user_id":3,"message":"hi","extra":{"x":[1]}}"#;
-        assert_eq!(parse(msg).unwrap(), Frame::Event(Event::Other));
+        // A group message: its signature is the claims' (Pallas-Bot's, with the time), the same
+        // whichever bot delivers it.
+        let msg = r#"{"post_type":"message","message_type":"group","self_id":1,"group_id":2,"user_id":3,"message":"hi","time":5,"extra":{"x":[1]}}"#;
+        let same = r#"{"post_type":"message","message_type":"group","self_id":9,"group_id":2,"user_id":3,"raw_message":"hi","time":5}"#;
+        let signature = Signature::new(2, 3, "hi", 5, Body::Plaintext, Time::Included).key();
+        for frame in [msg, same] {
+            assert_eq!(
+                parse(frame).unwrap(),
+                Frame::Event(Event::GroupMessage {
+                    group: "2".into(),
+                    user: "3".into(),
+                    signature
+                })
+            );
+        }
+        let private = r#"{"post_type":"message","message_type":"private","self_id":1,"user_id":3,"message":"hi"}"#;
+        assert_eq!(parse(private).unwrap(), Frame::Event(Event::Other));
         let resp = r#"{"status":"failed","retcode":1404,"data":null,"echo":{"n":[1]},"wording":"no such action"}"#;
         let Frame::Response(r) = parse(resp).unwrap() else {
             panic!()

@@ -416,8 +416,16 @@ impl Session {
                     .offline(&self.bot, "bot_offline notice", Origin::Status)
                     .await;
             }
-            Event::GroupMessage { group, signature } => {
-                self.hub.traffic.message_seen(PLATFORM, &group, signature);
+            Event::GroupMessage {
+                group,
+                user,
+                signature,
+            } => {
+                // The fleet's own replies are not what the weights measure (the plugins and
+                // the ingress leave them out too).
+                if !self.hub.is_bot(&user) {
+                    self.hub.traffic.message_seen(PLATFORM, &group, signature);
+                }
             }
             Event::Lifecycle { .. } | Event::Other => {}
         }

@@ -25,8 +25,14 @@ from nonebot import logger
 from .client import Rejected, ServiceClient, UnknownReporter, Unreachable
 from .messages import MessageCounter
 
-REFUSED_EVENT = (400, 413, 422)
-"""Statuses with which a service that does not know ``messages`` events refuses them."""
+
+def refuses_counts(e: Rejected) -> bool:
+    """The service refused a request because of its ``messages`` event (a service older than
+    ``messages`` events names the unknown type), or the request was too large."""
+    text = str(e)
+    return e.status == 413 or (
+        e.status in (400, 422) and ("messages" in text or "counts" in text)
+    )
 
 
 class Reporter:
@@ -228,7 +234,7 @@ class Reporter:
                 return
             except BaseException as e:
                 self._pending[:0] = events  # resent (or covered by the full state)
-                if counts and isinstance(e, Rejected) and e.status in REFUSED_EVENT:
+                if counts and isinstance(e, Rejected) and refuses_counts(e):
                     self.messages.refuse(e)
                 raise
             if counts:

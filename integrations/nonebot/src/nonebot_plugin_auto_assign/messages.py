@@ -3,10 +3,10 @@
 The reporter sends them as a ``messages`` event (``{"type": "messages", "platform": …,
 "counts": {group: n}}``): how many messages each group received since the last one. Each
 message is counted once however many bots of this process received it: OneBot message ids
-differ per account, so a message is recognised by (group, sender, raw message, time), within
-``SEEN_WINDOW`` seconds. Which messages this process counts at all, and which it leaves to the
-service (its ``POST /v1/ingress`` counts the decisions it makes) or to another process, is
-decided by the caller (``_count`` in ``__init__``).
+differ per account, so a message is recognised by (group, sender, raw message, time), for
+``SEEN_WINDOW`` seconds at least. Which messages this process counts at all, and which it
+leaves to the service (its ``POST /v1/ingress`` counts the decisions it makes) or to another
+process, is decided by the caller (``_count`` in ``__init__``).
 
 Memory is bounded: at most ``MAX_GROUPS`` groups wait to be reported (messages of further
 groups are dropped, and counted in ``dropped``), and at most ``MAX_SEEN`` recent messages are
@@ -16,7 +16,6 @@ remembered for the deduplication.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 from nonebot import logger
@@ -24,9 +23,10 @@ from nonebot import logger
 MAX_GROUPS = 20_000
 """Distinct groups waiting to be reported, at most."""
 MAX_SEEN = 16_384
-"""Recent messages remembered for the deduplication, at most."""
-SEEN_WINDOW = 60.0
-"""Seconds a message is remembered: another bot's copy arriving later is counted again."""
+"""Recent messages remembered for the deduplication, at most (in two generations of half)."""
+SEEN_WINDOW = 30.0
+"""Seconds a message is remembered at least (at most twice that): another bot's copy arriving
+later is counted again. Past ``MAX_SEEN / 2`` messages in half a window, less."""
 MAX_PER_REPORT = 1_000_000
 """The service refuses more messages than this for one group in one report; the rest wait
 for the next report."""
@@ -39,8 +39,11 @@ class MessageCounter:
         """Called when the first count waits (the reporter computes when to flush)."""
         self.pending: dict[str, int] = {}
         """Group → messages not reported yet."""
-        self._seen: OrderedDict[int, float] = OrderedDict()
-        """Hashes of the recent messages → when first seen (monotonic), oldest first."""
+        self._seen: set[int] = set()
+        """Hashes of the messages seen in the current generation …"""
+        self._seen_before: set[int] = set()
+        """… and in the one before."""
+        self._generation_ends = float("-inf")
         self._flushed_at = float("-inf")
         self.refused = False
         """The service refused a ``messages`` event (an older service): counting is off."""
@@ -63,15 +66,14 @@ class MessageCounter:
         """Whether the message ``key`` is new (and remembers it)."""
         h = hash(key)
         seen = self._seen
-        if h in seen:
+        if h in seen or h in self._seen_before:
             return False
         now = time.monotonic()
-        while seen:
-            oldest, when = next(iter(seen.items()))
-            if len(seen) < MAX_SEEN and now - when < SEEN_WINDOW:
-                break
-            del seen[oldest]
-        seen[h] = now
+        if now >= self._generation_ends or len(seen) >= MAX_SEEN // 2:
+            self._seen_before, seen = seen, set()
+            self._seen = seen
+            self._generation_ends = now + SEEN_WINDOW
+        seen.add(h)
         return True
 
     def add(self, group: str, n: int = 1) -> None:
@@ -131,3 +133,4 @@ class MessageCounter:
         self.refused = True
         self.pending.clear()
         self._seen.clear()
+        self._seen_before.clear()
