@@ -133,6 +133,13 @@ fn onebot_messages_at_zipf_rates_are_counted_once_and_balanced() {
         "Σ {got}, optimum {best}, gap {gap}"
     );
     assert!(gap <= 0.01, "gap {gap}");
+    // The history records it (once the writer has committed the run).
+    eventually("the run's gap in the history", WAIT, || {
+        let (_, history) = get(&format!("{api}/v1/history?limit=1"), None);
+        history[0]["gap"]
+            .as_f64()
+            .is_some_and(|recorded| (recorded - gap).abs() <= 1e-9 + 1e-6 * gap)
+    });
     let reported = platform["weighted_sum_sq"].as_f64().unwrap();
     assert!(
         close(reported, got),

@@ -16,13 +16,15 @@ pub struct HistoryRow {
     pub mean: f64,
     pub stddev: f64,
     pub max_load: i64,
+    /// `balanceBy: messages`: the plan's certified gap (None otherwise).
+    pub gap: Option<f64>,
 }
 
 impl SqlStore {
     /// The last `limit` rebalances' per-platform records, newest first.
     pub async fn history(&self, limit: u32) -> Result<Vec<HistoryRow>, StoreError> {
         const HEAD: &str = "SELECT r.id, r.finished_at AS finished_at_ms, r.causes, r.term, p.platform, \
-             p.moved_forced, p.moved_voluntary, p.mean, p.stddev, p.max_load \
+             p.moved_forced, p.moved_voluntary, p.mean, p.stddev, p.max_load, p.gap \
              FROM auto_assign_rebalance r \
              JOIN auto_assign_rebalance_platform p ON p.rebalance_id = r.id \
              ORDER BY r.id DESC LIMIT ";
