@@ -63,6 +63,8 @@ pub struct Member {
     pub load: u32,
     /// The weights of the channels the bot holds (messages a day).
     pub messages: f64,
+    /// Its `botCapacity`, if it has one (in the unit of `balanceBy`).
+    pub capacity: Option<f64>,
 }
 
 /// Explains `channel` of `platform` as the index and rules stand now.
@@ -96,9 +98,29 @@ pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str)
             online: p.is_online(b),
             load: p.load(b),
             messages: weighted_load(p, &resolved, b),
+            capacity: resolved.capacity(b),
         })
         .collect();
-    let (reason, text) = reason(p, rules, c, assignee);
+    let (reason, mut text) = reason(p, rules, c, assignee);
+    // A capacity that cannot be met: the channel still has its bot, and the operator is told.
+    if let Some(m) = out
+        .members
+        .iter()
+        .find(|m| Some(&m.bot) == out.assignee.as_ref())
+        && let Some(cap) = m.capacity
+    {
+        let load = match resolved.balance_by {
+            BalanceBy::Channels => f64::from(m.load),
+            BalanceBy::Messages => m.messages,
+        };
+        if load > cap {
+            text.push_str(&format!(
+                "; {} is over its capacity ({load:.1} > {cap} {}): no valid bot has room left \
+                 for it, and the plan keeps that excess the least it can be",
+                m.bot, resolved.balance_by
+            ));
+        }
+    }
     out.reason = reason;
     out.text = text;
     out

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::Row as _;
-use support::{Db, FLEET, InProcess, MariaDb, Postgres, TempDir, eventually, fleet_with_offline};
+use support::{
+    Db, FLEET, InProcess, MariaDb, Postgres, TempDir, block_on, eventually, fleet_with_offline,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -48,14 +50,6 @@ sources: {{file: fleet.yaml}}
 api: {{bind: \"127.0.0.1:0\"}}
 "
     )
-}
-
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
 }
 
 fn now_ms() -> i64 {

@@ -12,19 +12,11 @@ use auto_assign::testkit::store::{
     Batch, ChannelWrite, DatabaseUrl, Failure, Fence, PlatformRecord, RunRecord, SqlStore, Store,
     WeightWrite,
 };
-use support::{Db, MariaDb, Postgres, TempDir};
+use support::{Db, MariaDb, Postgres, TempDir, block_on};
 
 /// More weights than one statement takes on any of the databases (8,191 a statement on
 /// SQLite, 16,383 on MySQL, 100,000 column-array rows on PostgreSQL).
 const MANY: usize = 100_003;
-
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
 
 fn weight(platform: &str, channel: &str, weight: f64, at_ms: i64) -> WeightWrite {
     WeightWrite {

@@ -278,6 +278,15 @@ fn a_capacity_that_cannot_be_met_leaves_no_group_silent_and_is_reported() {
         "{metrics}"
     );
     assert!(metrics.contains("auto_assign_bot_capacity{bot=\"1002\",platform=\"onebot\"} 2"));
+    // explain says it for a channel of the bot over its capacity.
+    let (_, why) = get(&format!("{api}/v1/explain/onebot/1"), None);
+    assert!(
+        why["text"]
+            .as_str()
+            .unwrap()
+            .contains("1001 is over its capacity (3.0 > 1 channels)"),
+        "{why}"
+    );
     service.stop().unwrap();
 }
 
@@ -301,5 +310,4 @@ fn bad_weights_and_capacities_in_the_config_are_refused_with_key_and_line() {
             .to_string();
         assert!(err.contains(says) && err.contains("line"), "{text}: {err}");
     }
-    let _: Value = json!(null);
 }

@@ -88,8 +88,10 @@ pub struct PlatformPlan {
     /// What the loads count.
     pub balance_by: BalanceBy,
     /// Each online bot's weighted load (the weights of its channels: their message rates),
-    /// in bot index order.
+    /// in bot index order; empty when messages are neither balanced nor measured.
     pub weighted_loads: Vec<(BotIx, f64)>,
+    /// Online bots with a capacity (in the unit of `balance_by`), in bot index order.
+    pub capacities: Vec<(BotIx, f64)>,
     /// Bots over their capacity, by how much (in the unit of `balance_by`).
     pub excess: Vec<(BotIx, f64)>,
     /// How close a `balanceBy: messages` plan is to the best (None otherwise).
@@ -103,7 +105,6 @@ impl PlatformPlan {
 
     /// One log line in the plugin's spirit.
     pub fn summary(&self, index: &PlatformIndex) -> String {
-        const SHOWN: usize = 16;
         let s = &self.stats;
         let mut line = format!(
             "platform {}: assigned {} channels, moved {} ({} forced)",
@@ -115,26 +116,15 @@ impl PlatformPlan {
         if self.unassigned > 0 {
             let _ = write!(line, ", {} without a valid bot", self.unassigned);
         }
-        let loads: Vec<String> = s
-            .loads
-            .iter()
-            .take(SHOWN)
-            .map(|&(b, l)| format!("{}:{l}", index.bot_id(b)))
-            .collect();
-        let more = s.loads.len().saturating_sub(SHOWN);
-        let more = if more > 0 {
-            format!(", … {more} more")
-        } else {
-            String::new()
-        };
+        let loads = shown(
+            s.loads
+                .iter()
+                .map(|&(b, l)| format!("{}:{l}", index.bot_id(b))),
+        );
         let _ = write!(
             line,
-            "; load [{}{more}], mean {:.1}, stddev {:.2}, min {}, max {}",
-            loads.join(", "),
-            s.mean,
-            s.stddev,
-            s.min,
-            s.max
+            "; load [{loads}], mean {:.1}, stddev {:.2}, min {}, max {}",
+            s.mean, s.stddev, s.min, s.max
         );
         if let Some(c) = &self.certificate {
             let _ = write!(
@@ -152,24 +142,16 @@ impl PlatformPlan {
             );
         }
         if !self.excess.is_empty() {
-            let over: Vec<String> = self
-                .excess
-                .iter()
-                .take(SHOWN)
-                .map(|&(b, e)| format!("{} +{e:.1}", index.bot_id(b)))
-                .collect();
-            let more = self.excess.len().saturating_sub(SHOWN);
-            let more = if more > 0 {
-                format!(", … {more} more")
-            } else {
-                String::new()
-            };
+            let over = shown(
+                self.excess
+                    .iter()
+                    .map(|&(b, e)| format!("{} +{e:.1}", index.bot_id(b))),
+            );
             let _ = write!(
                 line,
-                "; over capacity by {:.1} {}: [{}{more}]",
+                "; over capacity by {:.1} {}: [{over}]",
                 self.total_excess(),
                 self.balance_by,
-                over.join(", ")
             );
         }
         line
@@ -179,6 +161,17 @@ impl PlatformPlan {
     pub fn total_excess(&self) -> f64 {
         self.excess.iter().map(|&(_, e)| e).sum()
     }
+}
+
+/// The first 16 items, comma-separated, and how many more there are.
+fn shown(items: impl ExactSizeIterator<Item = String>) -> String {
+    const SHOWN: usize = 16;
+    let more = items.len().saturating_sub(SHOWN);
+    let mut text = items.take(SHOWN).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        let _ = write!(text, ", … {more} more");
+    }
+    text
 }
 
 #[derive(Clone, Debug)]
@@ -447,6 +440,7 @@ fn finish(
         stats: LoadStats::new(Vec::new()),
         balance_by: resolved.balance_by,
         weighted_loads: Vec::new(),
+        capacities: Vec::new(),
         excess: Vec::new(),
         certificate,
     };
@@ -490,25 +484,30 @@ fn finish(
 /// messages are balanced or some channel has a measured weight: otherwise every channel
 /// weighs the floor and they say nothing the counts do not.
 fn weigh(p: &PlatformIndex, resolved: &Resolved, plan: &mut PlatformPlan) {
-    let changed: FxHashMap<ChanIx, Option<BotIx>> = plan.changes.iter().copied().collect();
-    let after = |c: ChanIx| changed.get(&c).copied().unwrap_or_else(|| p.assignee(c));
-    let measured = resolved.balance_by == BalanceBy::Messages
-        || (0..p.channel_count() as ChanIx).any(|c| p.weight(c) > 0.0);
+    let measured = resolved.balance_by == BalanceBy::Messages || p.has_weights();
     let mut weighted = vec![0.0f64; p.bot_count()];
     if measured {
+        let changed: FxHashMap<ChanIx, Option<BotIx>> = plan.changes.iter().copied().collect();
         for c in 0..p.channel_count() as ChanIx {
-            if let Some(b) = after(c).filter(|_| !resolved.is_excluded(c)) {
+            let after = changed.get(&c).copied().unwrap_or_else(|| p.assignee(c));
+            if let Some(b) = after.filter(|_| !resolved.is_excluded(c)) {
                 weighted[b as usize] += resolved.weight(p, c);
             }
         }
+        plan.weighted_loads = plan
+            .stats
+            .loads
+            .iter()
+            .map(|&(b, _)| (b, weighted[b as usize]))
+            .collect();
     }
-    plan.weighted_loads = plan
-        .stats
-        .loads
-        .iter()
-        .map(|&(b, _)| (b, weighted[b as usize]))
-        .collect();
     if resolved.has_capacities() {
+        plan.capacities = plan
+            .stats
+            .loads
+            .iter()
+            .filter_map(|&(b, _)| Some((b, resolved.capacity(b)?)))
+            .collect();
         plan.excess = plan
             .stats
             .loads

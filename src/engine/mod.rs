@@ -27,7 +27,7 @@ use crate::balance::{Plan, Planner};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::explain::explain;
-use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
+use crate::index::{ChanIx, FleetIndex};
 use crate::leader::Turn;
 use crate::leader::duty::Duty;
 use crate::metrics::Metrics;
@@ -764,24 +764,15 @@ impl Engine {
                         stddev: p.stats.stddev,
                         max_load: p.stats.max,
                         balance_by: p.balance_by.to_string(),
-                        messages: if index.has_weights()
-                            || p.balance_by == crate::balance::BalanceBy::Messages
-                        {
-                            p.weighted_loads
-                                .iter()
-                                .map(|&(b, l)| (index.bot_id(b).to_owned(), l))
-                                .collect()
-                        } else {
-                            Default::default()
-                        },
-                        capacity: p
-                            .stats
-                            .loads
+                        messages: p
+                            .weighted_loads
                             .iter()
-                            .filter_map(|&(b, _)| {
-                                let cap = resolved_capacity(&self.config, index, b)?;
-                                Some((index.bot_id(b).to_owned(), cap))
-                            })
+                            .map(|&(b, l)| (index.bot_id(b).to_owned(), l))
+                            .collect(),
+                        capacity: p
+                            .capacities
+                            .iter()
+                            .map(|&(b, c)| (index.bot_id(b).to_owned(), c))
                             .collect(),
                         over_capacity: p
                             .excess
@@ -914,19 +905,6 @@ impl Engine {
         });
         batch
     }
-}
-
-/// A bot's capacity as the rules give it (full or short key).
-fn resolved_capacity(config: &Config, index: &PlatformIndex, bot: BotIx) -> Option<f64> {
-    let rules = &config.rules.capacity;
-    if rules.is_empty() {
-        return None;
-    }
-    let id = index.bot_id(bot);
-    rules
-        .get(&format!("{}:{id}", index.name()))
-        .or_else(|| rules.get(id))
-        .copied()
 }
 
 /// Makes `stored` (platform, channel, bot) the index's and the view's assignment (what the

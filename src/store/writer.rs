@@ -377,10 +377,8 @@ mod tests {
         }
     }
 
-    /// An outage: batches are merged (latest value wins, every run kept), retried with
-    /// backoff, and written once the store is back; the status says so throughout.
-    #[tokio::test(start_paused = true)]
-    async fn an_outage_merges_and_retries_without_losing_anything() {
+    /// A writer on a memory store that is down (an outage).
+    fn in_an_outage() -> (MemoryStore, Writer) {
         let store = MemoryStore::default();
         store.set_failing(Some(Failure::Outage));
         let writer = Writer::start(
@@ -389,6 +387,14 @@ mod tests {
             Clock::system(),
             CommitMetrics::default(),
         );
+        (store, writer)
+    }
+
+    /// An outage: batches are merged (latest value wins, every run kept), retried with
+    /// backoff, and written once the store is back; the status says so throughout.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_merges_and_retries_without_losing_anything() {
+        let (store, writer) = in_an_outage();
         let mut status = writer.status();
         writer.submit(batch(&[("a", "1"), ("b", "1")], 1));
         status.wait_for(|s| s.last_error.is_some()).await.unwrap();
@@ -415,14 +421,7 @@ mod tests {
     /// (the latest), counted in the status until they are committed.
     #[tokio::test(start_paused = true)]
     async fn weights_wait_out_an_outage_one_per_channel() {
-        let store = MemoryStore::default();
-        store.set_failing(Some(Failure::Outage));
-        let writer = Writer::start(
-            store.clone(),
-            Duration::from_secs(10),
-            Clock::system(),
-            CommitMetrics::default(),
-        );
+        let (store, writer) = in_an_outage();
         let mut status = writer.status();
         let weights = |weight: f64, at_ms: i64| Batch {
             weights: ["a", "b"]

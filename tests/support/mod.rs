@@ -490,7 +490,7 @@ impl MariaDb {
     /// Creates a database and returns its URL.
     pub fn create_database(&self, name: &str) -> String {
         let server = format!("mysql://root@127.0.0.1:{}", self.port);
-        Db::block_on(async {
+        block_on(async {
             let pool = Db::mysql(&server).await;
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
                 .execute(&pool)
@@ -544,7 +544,7 @@ impl MariaDb {
         let server = format!("mysql://root@127.0.0.1:{}", self.port);
         let until = Instant::now() + Duration::from_secs(30);
         loop {
-            let ready = Db::block_on(async {
+            let ready = block_on(async {
                 match sqlx::MySqlPool::connect(&server).await {
                     Ok(pool) => sqlx::query("SELECT 1").execute(&pool).await.is_ok(),
                     Err(_) => false,
@@ -607,7 +607,7 @@ pub type HistoryRow = (String, i64, i64, i64);
 /// once per backend).
 macro_rules! with_pool {
     ($db:expr, |$pool:ident| $body:expr) => {
-        Db::block_on(async {
+        block_on(async {
             match $db {
                 Db::Sqlite(path) => {
                     let $pool = Db::sqlite(path).await;
@@ -626,15 +626,16 @@ macro_rules! with_pool {
     };
 }
 
-impl Db {
-    fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
+/// Runs `f` to completion on a runtime of its own (the database tests' async work).
+pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
 
+impl Db {
     async fn sqlite(path: &Path) -> sqlx::SqlitePool {
         let options = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(path)
@@ -884,72 +885,58 @@ pub fn http() -> ureq::Agent {
     )
 }
 
+/// A request with the token, if any.
+fn authorized(
+    req: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    token: Option<&str>,
+) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    match token {
+        Some(t) => req.header("Authorization", &format!("Bearer {t}")),
+        None => req,
+    }
+}
+
+/// The status and the body read as JSON (a string when it is not).
+fn json_answer(mut resp: ureq::http::Response<ureq::Body>) -> (u16, serde_json::Value) {
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
 /// POSTs JSON; returns (status, JSON body).
 pub fn post(url: &str, token: Option<&str>, body: &serde_json::Value) -> (u16, serde_json::Value) {
-    let mut req = http().post(url);
-    if let Some(t) = token {
-        req = req.header("Authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = req.send_json(body).unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.body_mut().read_to_string().unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-    )
-}
-
-/// POSTs a raw body with a JSON content type.
-pub fn post_raw(url: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
-    let mut req = http().post(url).header("Content-Type", "application/json");
-    if let Some(t) = token {
-        req = req.header("Authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = req.send(body).unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.body_mut().read_to_string().unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-    )
-}
-
-pub fn get(url: &str, token: Option<&str>) -> (u16, serde_json::Value) {
-    let mut req = http().get(url);
-    if let Some(t) = token {
-        req = req.header("Authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = req.call().unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.body_mut().read_to_string().unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-    )
+    json_answer(authorized(http().post(url), token).send_json(body).unwrap())
 }
 
 /// PUTs JSON; returns (status, JSON body).
 pub fn put(url: &str, token: Option<&str>, body: &serde_json::Value) -> (u16, serde_json::Value) {
-    let mut req = http().put(url);
-    if let Some(t) = token {
-        req = req.header("Authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = req.send_json(body).unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.body_mut().read_to_string().unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-    )
+    json_answer(authorized(http().put(url), token).send_json(body).unwrap())
+}
+
+/// POSTs a raw body with a JSON content type.
+pub fn post_raw(url: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
+    let req = http().post(url).header("Content-Type", "application/json");
+    json_answer(authorized(req, token).send(body).unwrap())
+}
+
+pub fn get(url: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    json_answer(get_response(url, token))
 }
 
 /// GETs a text body (metrics); returns (status, text).
 pub fn get_text(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut resp = get_response(url, token);
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
+
+fn get_response(url: &str, token: Option<&str>) -> ureq::http::Response<ureq::Body> {
     let mut req = http().get(url);
     if let Some(t) = token {
         req = req.header("Authorization", &format!("Bearer {t}"));
     }
-    let mut resp = req.call().unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.body_mut().read_to_string().unwrap_or_default())
+    req.call().unwrap()
 }
