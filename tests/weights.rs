@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::{InProcess, Sims, TempDir, eventually, get, post};
 
 const WAIT: Duration = Duration::from_secs(20);
