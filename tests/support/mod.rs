@@ -2,6 +2,8 @@
 //! MariaDB servers started on free loopback ports.
 #![allow(dead_code)]
 
+pub mod ca;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
