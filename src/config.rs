@@ -245,6 +245,9 @@ impl Config {
         config.database.resolve(&base);
         config.sources.resolve(&base);
         config.claims.resolve(&base);
+        if let Some(redis) = &mut config.redis {
+            redis.resolve(&base);
+        }
         if config.sources.http.is_some() && config.api.bind.is_none() {
             return Err(FileError::new(
                 path,
@@ -469,7 +472,8 @@ mod tests {
     fn passwords_never_appear_in_errors() {
         for text in [
             "database: {url: \"postgresql+asyncpg://aa:secret@db:5432/x\"}\n",
-            "redis: {url: \"rediss://:secret@host:6380\"}\n",
+            "redis: {url: \"http://:secret@host:6380\"}\n",
+            "redis: {url: [\"redis://a:1\", \"tcp://:secret@host:6380\"], cluster: true}\n",
             "federate: {id: p, redisUrl: \"http://u:secret@host\"}\n",
             "sources: {onebot: {connections: [{url: \"http://u:secret@h\"}]}}\n",
         ] {

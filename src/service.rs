@@ -140,8 +140,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     let mut tasks = JoinSet::new();
     let redis = match &config.redis {
         Some(r) => Some(
-            Redis::connect(r.url.expose(), shutdown.clone())
-                .map_err(|e| anyhow::anyhow!("redis.url {}: {e}", r.url))?,
+            Redis::connect(r, shutdown.clone()).map_err(|e| anyhow::anyhow!("redis.url {e}"))?,
         ),
         None => None,
     };
@@ -213,7 +212,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
                 prefix: config
                     .redis
                     .as_ref()
-                    .map_or_else(|| "auto-assign".to_owned(), |r| r.prefix.0.clone()),
+                    .map_or_else(|| "auto-assign".to_owned(), |r| r.key_prefix()),
                 redis: shared.redis.clone(),
                 database: match &config.database.url {
                     DatabaseUrl::Postgres(url) => Some(url.clone()),
@@ -373,7 +372,7 @@ fn start_outputs(s: &Shared, tasks: &mut JoinSet<()>) -> Option<Publisher> {
         s.shutdown.clone(),
     ));
     let keys = Keys {
-        prefix: settings.prefix.0.clone(),
+        prefix: settings.key_prefix(),
     };
     // Under leadership nobody publishes until it leads.
     Some(Publisher::start(
@@ -390,13 +389,9 @@ fn start_following(s: &Shared) -> Option<Follower> {
     s.config.leadership.as_ref()?;
     let (redis, settings) = (s.redis.as_ref()?, s.config.redis.as_ref()?);
     let keys = Keys {
-        prefix: settings.prefix.0.clone(),
+        prefix: settings.key_prefix(),
     };
-    Some(Follower::start(
-        redis.client().clone(),
-        keys,
-        s.shutdown.clone(),
-    ))
+    Some(Follower::start(redis.clone(), keys, s.shutdown.clone()))
 }
 
 /// Joins the federate pool, when one is configured and resolves.
@@ -407,7 +402,8 @@ fn start_federate(
     let Some(f) = &s.config.federate else {
         return Ok(None);
     };
-    let service_redis = s.config.redis.as_ref().map(|r| &r.url);
+    // The federate pool shares the service's Redis when it names its (first) URL.
+    let service_redis = s.config.redis.as_ref().map(|r| r.first_url());
     let pool = settings::resolve(f, service_redis)
         .map_err(|e| FileError::new(&s.config.path, e.to_string()))?;
     let Some(pool) = pool else {
@@ -416,8 +412,8 @@ fn start_federate(
     };
     let pool_redis = match &s.redis {
         Some(r) if service_redis == Some(&pool.redis_url) => r.clone(),
-        _ => Redis::connect(pool.redis_url.expose(), s.shutdown.clone())
-            .map_err(|e| anyhow::anyhow!("federate Redis {}: {e}", pool.redis_url))?,
+        _ => Redis::connect_url(pool.redis_url.expose(), s.shutdown.clone())
+            .map_err(|e| anyhow::anyhow!("federate Redis {e}"))?,
     };
     let federate = Federate::new(
         f,

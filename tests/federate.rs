@@ -17,6 +17,7 @@ use auto_assign::pallas::federate::ring::{ring_index, stable_ring_index};
 use auto_assign::pallas::signature::{Body, Signature, Time};
 use auto_assign::service::Clock;
 use serde_json::{Value, json};
+use support::topologies::RedisCluster;
 use support::{InProcess, RedisServer, Service, TempDir, eventually, get, post};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -161,13 +162,18 @@ fn ask(
 /// Starts two deployments and waits until each sees the other with every group present.
 /// B excludes [`EXCLUDED_ON_B`].
 fn pool(redis: &RedisServer, federate_extra: &str) -> (Deployment, Deployment) {
-    let a = deployment_with("dep-a", BOT_A, &redis.url(), "", federate_extra, short_ttl);
+    pool_on(&redis.url(), "", federate_extra)
+}
+
+/// [`pool`] on the pool Redis `redis_url`, with `extra` at the top level of both configs.
+fn pool_on(redis_url: &str, extra: &str, federate_extra: &str) -> (Deployment, Deployment) {
+    let a = deployment_with("dep-a", BOT_A, redis_url, extra, federate_extra, short_ttl);
     let excluded: Vec<String> = EXCLUDED_ON_B.map(|g| g.to_string()).collect();
-    let b_extra = format!("excludeChannels: [{}]", excluded.join(", "));
+    let b_extra = format!("{extra}\nexcludeChannels: [{}]", excluded.join(", "));
     let b = deployment_with(
         "dep-b",
         BOT_B,
-        &redis.url(),
+        redis_url,
         &b_extra,
         federate_extra,
         short_ttl,
@@ -466,7 +472,7 @@ fn federate_claims_candidates_and_audit() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let redis = Redis::connect(&server.url(), shutdown.clone()).unwrap();
+        let redis = Redis::connect_url(&server.url(), shutdown.clone()).unwrap();
         let until = Instant::now() + WAIT;
         while redis.conn().await.is_none() {
             assert!(Instant::now() < until, "redis connection");
@@ -848,4 +854,71 @@ fn heartbeats_within_a_second_of_redis_becoming_reachable() {
             delays[delays.len() - 1]
         );
     }
+}
+
+/// The pool on a real Redis Cluster (three masters, one replica each), shared with the
+/// service's own `redis:` (cluster: true): the heartbeats are found by `SCAN` on every master
+/// and read across slots, Pallas-Bot's keys keep their names (no hash tag: heartbeats, claims
+/// and candidates are single keys), the ingress claims on the cluster, and each message is
+/// answered exactly once, by its group's owner.
+#[test]
+fn a_pool_on_a_redis_cluster_answers_each_message_once() {
+    let cluster = RedisCluster::start();
+    let seeds: Vec<String> = cluster.urls()[..3]
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect();
+    let extra = format!("redis: {{url: [{}], cluster: true}}", seeds.join(", "));
+    let (a, b) = pool_on(&cluster.urls()[0], &extra, "");
+
+    let heartbeat = format!("pallas:fed:pool-1:peer_bots:{}", a.id);
+    let record: Value = serde_json::from_str(&cluster.cli(&["GET", &heartbeat])).unwrap();
+    assert_eq!(record["deployment_name"], "dep-a");
+    // Pallas-Bot's key, as named upstream, in whatever slot it hashes to.
+    let slot: u16 = cluster
+        .cli(&["CLUSTER", "KEYSLOT", &heartbeat])
+        .parse()
+        .unwrap();
+    let b_heartbeat = format!("pallas:fed:pool-1:peer_bots:{}", b.id);
+    let b_slot: u16 = cluster
+        .cli(&["CLUSTER", "KEYSLOT", &b_heartbeat])
+        .parse()
+        .unwrap();
+    println!("heartbeat slots: {slot} and {b_slot}");
+
+    let mut handled = BTreeMap::new();
+    for (i, g) in GROUPS.enumerate() {
+        let i = i as i64;
+        let text = format!("牛牛帮助 {i}");
+        let time = 1_800_000_000 + i;
+        let (ra, rb) = std::thread::scope(|s| {
+            let ra = s.spawn(|| ask(&a, BOT_A, g, 100_000 + i, &text, time, "command"));
+            let rb = ask(&b, BOT_B, g, 100_000 + i, &text, time, "command");
+            (ra.join().unwrap(), rb)
+        });
+        let (by_a, by_b) = (ra["handle"] == true, rb["handle"] == true);
+        assert!(by_a ^ by_b, "group {g}: A {ra}, B {rb}");
+        handled.insert(g, if by_a { "a" } else { "b" });
+        // The chat lane: no owner, the Pallas claim alone decides.
+        let chat = format!("hello {i}");
+        let (ca, cb) = std::thread::scope(|s| {
+            let ca = s.spawn(|| ask(&a, BOT_A, g, 200_000 + i, &chat, time, "chat"));
+            let cb = ask(&b, BOT_B, g, 200_000 + i, &chat, time, "chat");
+            (ca.join().unwrap(), cb)
+        });
+        assert!(
+            (ca["handle"] == true) ^ (cb["handle"] == true),
+            "chat in {g}: A {ca}, B {cb}"
+        );
+    }
+    for g in EXCLUDED_ON_B {
+        assert_eq!(handled[&g], "a", "group {g} is assigned on A only");
+    }
+    assert!(handled.values().any(|d| *d == "b"), "{handled:?}");
+    println!(
+        "Redis Cluster pool (heartbeats in slots {slot} and {b_slot}): {} command and {} chat \
+         messages each answered once",
+        handled.len(),
+        handled.len()
+    );
 }

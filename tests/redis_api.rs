@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use auto_assign::outputs::follower::Follower;
 use auto_assign::outputs::publish::Keys;
+use auto_assign::outputs::redis::Redis;
 use auto_assign::pallas::signature::{Body, Signature, Time};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -57,11 +58,9 @@ impl Watch {
             prefix: prefix.to_owned(),
         };
         let follower = rt.block_on(async {
-            Follower::start(
-                client.clone(),
-                keys.clone(),
-                tokio_util::sync::CancellationToken::new(),
-            )
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            let redis = Redis::connect_url(url, shutdown.clone()).unwrap();
+            Follower::start(redis, keys.clone(), shutdown)
         });
         let versions = Arc::new(Mutex::new(Vec::new()));
         let sink = versions.clone();

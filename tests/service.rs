@@ -563,7 +563,7 @@ fn passwords_never_reach_the_log() {
     dir.write("fleet.yaml", FLEET);
     for bad in [
         "database: {url: \"postgresql+asyncpg://aa:hunter2@127.0.0.1:1/x\"}\n",
-        "redis: {url: \"rediss://:hunter2@127.0.0.1:6380\"}\n",
+        "redis: {url: \"http://:hunter2@127.0.0.1:6380\"}\n",
         "federate: {id: p, redisUrl: \"http://u:hunter2@127.0.0.1\"}\n",
     ] {
         let path = dir.write(

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::topologies::{MASTER_NAME, RedisCluster, RedisSentinel};
 use support::{
     Db, FLEET, Postgres, RedisServer, Service, Sims, TempDir, eventually, fleet_with_offline,
     free_port,
@@ -36,6 +37,11 @@ struct Cluster {
     instances: Vec<Instance>,
 }
 
+/// A `redis:` section naming one server.
+fn url_only(url: &str) -> String {
+    format!("{{url: \"{url}\"}}")
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::new_with_config(
         ureq::Agent::config_builder()
@@ -54,14 +60,21 @@ fn try_get(url: &str) -> Option<Value> {
 impl Cluster {
     /// `n` instances; instance `i` reaches Redis at `redis_url(i)`.
     fn start(name: &str, n: usize, redis_url: impl Fn(usize) -> String) -> Cluster {
-        Cluster::start_with(name, n, redis_url, "redis", "sources: {file: fleet.yaml}")
+        Cluster::start_with(
+            name,
+            n,
+            |i| url_only(&redis_url(i)),
+            "redis",
+            "sources: {file: fleet.yaml}",
+        )
     }
 
-    /// With the lease in `lease` (`redis` or `postgres`) and the fleet from `sources`.
+    /// With the lease in `lease` (`redis` or `postgres`), the fleet from `sources`, and
+    /// instance `i`'s `redis:` section `redis(i)` (YAML).
     fn start_with(
         name: &str,
         n: usize,
-        redis_url: impl Fn(usize) -> String,
+        redis: impl Fn(usize) -> String,
         lease: &str,
         sources: &str,
     ) -> Cluster {
@@ -84,13 +97,13 @@ impl Cluster {
                     "balanceInterval: 600
 triggerDelays: {{startup: 0, botStatus: 0, botOnline: 0, botOffline: 0, channelJoined: 0, channelLeft: 0}}
 database: {{url: \"{}\"}}
-redis: {{url: \"{}\"}}
+redis: {}
 {sources}
 api: {{bind: \"127.0.0.1:{port}\"}}
 leadership: {{instance: {name}, leaseTtl: {}, lease: {lease}}}
 ",
                     cluster.pg.url(),
-                    redis_url(i),
+                    redis(i),
                     TTL.as_secs()
                 ),
             );
@@ -575,7 +588,7 @@ fn the_postgres_lease_elects_and_hands_over() {
     let mut cluster = Cluster::start_with(
         "ha-pg",
         2,
-        |_| redis.url(),
+        |_| url_only(&redis.url()),
         "postgres",
         "sources: {file: fleet.yaml}",
     );
@@ -629,7 +642,13 @@ fn followers_run_the_same_onebot_sources() {
          connections:\n{}",
         sims.connections("")
     );
-    let mut cluster = Cluster::start_with("ha-onebot", 2, |_| redis.url(), "redis", &sources);
+    let mut cluster = Cluster::start_with(
+        "ha-onebot",
+        2,
+        |_| url_only(&redis.url()),
+        "redis",
+        &sources,
+    );
     let (leader, term) = cluster.wait_leader(0);
     cluster.wait_settled(&[]);
     for bot in &sims.bots {
@@ -641,4 +660,157 @@ fn followers_run_the_same_onebot_sources() {
     sims.bot(1003).set_online(false);
     cluster.wait_settled(&["1003"]);
     println!("OneBot sources on 2 instances: takeover moved 0; bot 1003 offline → replanned");
+}
+
+/// `redis-cli HGETALL` output (field and value on alternate lines) as a map.
+fn hash_of(cli_output: &str) -> BTreeMap<String, String> {
+    let lines: Vec<&str> = cli_output.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|pair| pair.len() == 2)
+        .map(|pair| (pair[0].to_owned(), pair[1].to_owned()))
+        .collect()
+}
+
+/// Writes of a term older than the newest, after the newest term's first write (must be 0).
+fn stale_writes(history: &[(i64, i64, String, i64)]) -> usize {
+    let newest = history.iter().map(|(_, t, ..)| *t).max().unwrap_or(0);
+    let Some(first_new) = history.iter().find(|(_, t, ..)| *t == newest) else {
+        return 0;
+    };
+    history
+        .iter()
+        .filter(|(id, t, ..)| *id > first_new.0 && *t < newest)
+        .count()
+}
+
+/// Two instances on a real Redis Cluster of three masters, one replica each: the lease, its
+/// term, the hashes and the version share the slot of `{auto-assign}` (the only way their
+/// scripts can run on a cluster), followers follow the change messages through another node,
+/// and the master of that slot killed mid-run fails over to its replica: the next plan is
+/// published, nothing stale lands, and the plain key names stay unused.
+#[test]
+fn on_a_redis_cluster_a_killed_master_fails_over_without_a_stale_write() {
+    let mut redis = RedisCluster::start();
+    let seeds: Vec<String> = redis.urls()[..3]
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect();
+    let section = format!("{{url: [{}], cluster: true}}", seeds.join(", "));
+    let cluster = Cluster::start_with(
+        "ha-redis-cluster",
+        2,
+        |_| section.clone(),
+        "redis",
+        "sources: {file: fleet.yaml}",
+    );
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+
+    let keys = [
+        "{auto-assign}:version",
+        "{auto-assign}:assignment:onebot",
+        "{auto-assign}:leader",
+        "{auto-assign}:leader:term",
+    ];
+    let slots: Vec<String> = keys
+        .iter()
+        .map(|k| redis.cli(&["CLUSTER", "KEYSLOT", k]))
+        .collect();
+    assert!(slots.iter().all(|s| *s == slots[0]), "{slots:?}");
+    let version: i64 = redis.cli(&["GET", keys[0]]).parse().unwrap();
+    assert!(version > 0);
+    assert_eq!(hash_of(&redis.cli(&["HGETALL", keys[1]])), cluster.rows());
+    let lease = redis.cli(&["GET", keys[2]]);
+    assert!(
+        lease.starts_with(&format!("{term} ")) && lease.ends_with(["a", "b"][leader]),
+        "lease {lease:?}, leader {leader} of term {term}"
+    );
+    assert_eq!(redis.cli(&["GET", keys[3]]), term.to_string());
+    assert_eq!(redis.cli(&["EXISTS", "auto-assign:version"]), "0");
+
+    let master = redis.master_of(keys[0]).unwrap();
+    redis.nodes[master].kill();
+    let killed = Instant::now();
+    cluster.set_fleet(&fleet_with_offline(1003));
+    eventually("the replica takes over the slot", WAIT, || {
+        redis.master_of(keys[0]).is_some_and(|m| m != master)
+    });
+    let failed_over = killed.elapsed();
+    redis.wait_ok();
+    cluster.wait_settled(&["1003"]);
+    let settled = killed.elapsed();
+    let after: i64 = redis.cli(&["GET", keys[0]]).parse().unwrap();
+    assert!(
+        after > version,
+        "published after the failover: {after} > {version}"
+    );
+    assert_eq!(hash_of(&redis.cli(&["HGETALL", keys[1]])), cluster.rows());
+    eventually("one leader", WAIT, || cluster.leaders().len() == 1);
+    let history = cluster.history();
+    assert_eq!(stale_writes(&history), 0, "stale writes: {history:?}");
+    println!(
+        "Redis Cluster: master of the publication's slot killed, its replica took over after \
+         {failed_over:?}; replanned, published (version {version} → {after}) and followed by \
+         every instance {settled:?} after the kill; stale writes 0"
+    );
+}
+
+/// Two instances behind Sentinel (a master, its replica, three sentinels). The master killed:
+/// the sentinels promote the replica and the service follows it. Replication is
+/// asynchronous, so the lease may be lost in the failover; the test loses it outright (the
+/// lease and its term deleted on the new master) and shows that the SQL term fence still
+/// refuses every write of the old leader: 0 stale rows, one leader, the plan published on the
+/// new master.
+#[test]
+fn behind_sentinel_the_service_follows_the_new_master_and_the_fence_holds() {
+    let mut redis = RedisSentinel::start();
+    let sentinels: Vec<String> = redis.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let section = format!(
+        "{{url: [{}], masterName: {MASTER_NAME}}}",
+        sentinels.join(", ")
+    );
+    let cluster = Cluster::start_with(
+        "ha-sentinel",
+        2,
+        |_| section.clone(),
+        "redis",
+        "sources: {file: fleet.yaml}",
+    );
+    cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    let version: i64 = redis
+        .master
+        .cli(&["GET", "auto-assign:version"])
+        .parse()
+        .unwrap();
+    assert!(version > 0);
+
+    redis.master.kill();
+    let killed = Instant::now();
+    eventually("the sentinels promote the replica", WAIT, || {
+        redis.master_port() == redis.replica.port
+    });
+    let promoted = killed.elapsed();
+    // What asynchronous replication may lose: the lease and its term.
+    redis
+        .replica
+        .cli(&["DEL", "auto-assign:leader", "auto-assign:leader:term"]);
+    cluster.set_fleet(&fleet_with_offline(1003));
+    cluster.wait_settled(&["1003"]);
+    let settled = killed.elapsed();
+    let on_new_master: BTreeMap<String, String> = hash_of(
+        &redis
+            .replica
+            .cli(&["HGETALL", "auto-assign:assignment:onebot"]),
+    );
+    assert_eq!(on_new_master, cluster.rows());
+    eventually("one leader", WAIT, || cluster.leaders().len() == 1);
+    let history = cluster.history();
+    assert_eq!(stale_writes(&history), 0, "stale writes: {history:?}");
+    println!(
+        "Sentinel: master killed, replica promoted after {promoted:?}, lease lost; replanned \
+         and published on the new master, followed by every instance, {settled:?} after the \
+         kill; stale writes 0"
+    );
 }

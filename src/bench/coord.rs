@@ -93,7 +93,7 @@ async fn bench(redis_url: Option<&str>) -> anyhow::Result<()> {
         .collect(),
     };
     children.push(TermOnDrop(child));
-    let redis = Redis::connect(&url, tokio_util::sync::CancellationToken::new())?;
+    let redis = Redis::connect_url(&url, tokio_util::sync::CancellationToken::new())?;
     // Wait for the API and the first assignment.
     let started = Instant::now();
     loop {

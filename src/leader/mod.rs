@@ -28,13 +28,12 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::outputs::redis::Redis;
+use crate::outputs::redis::{Conn, Redis};
 use crate::secret::SecretUrl;
 use crate::store::writer::WriteStatus;
 use crate::store::{Batch, Failure, Fence, SqlStore, Store as _, StoreError, WeightWrite};
@@ -414,7 +413,7 @@ return 0
 "#;
 
 impl RedisLease {
-    async fn conn(&self) -> anyhow::Result<ConnectionManager> {
+    async fn conn(&self) -> anyhow::Result<Conn> {
         self.redis
             .conn()
             .await

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::publish::Keys;
+use super::redis::{Conn, Redis, not_connected};
 
 /// platform → channel → bot
 pub type Assignment = BTreeMap<String, BTreeMap<String, String>>;
@@ -49,12 +50,12 @@ return out
 
 impl Follower {
     /// Starts following until `shutdown`.
-    pub fn start(client: redis::Client, keys: Keys, shutdown: CancellationToken) -> Follower {
+    pub fn start(redis: Redis, keys: Keys, shutdown: CancellationToken) -> Follower {
         let follower = Follower::default();
         let f = follower.clone();
         tokio::spawn(async move {
             while !shutdown.is_cancelled() {
-                if let Err(e) = f.follow(&client, &keys, &shutdown).await {
+                if let Err(e) = f.follow(&redis, &keys, &shutdown).await {
                     tracing::debug!("follower: {e}; resubscribing");
                 }
                 tokio::select! {
@@ -89,13 +90,13 @@ impl Follower {
 
     async fn follow(
         &self,
-        client: &redis::Client,
+        redis: &Redis,
         keys: &Keys,
         shutdown: &CancellationToken,
     ) -> redis::RedisResult<()> {
-        let mut pubsub = client.get_async_pubsub().await?;
+        let mut pubsub = redis.subscriber().await?;
         pubsub.subscribe(keys.channel()).await?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = redis.conn().await.ok_or_else(not_connected)?;
         // Subscribed first, then read: nothing published in between can be missed.
         self.resync(&mut conn, keys).await?;
         let mut messages = pubsub.on_message();
@@ -141,11 +142,7 @@ impl Follower {
         }
     }
 
-    async fn resync(
-        &self,
-        conn: &mut redis::aio::MultiplexedConnection,
-        keys: &Keys,
-    ) -> redis::RedisResult<()> {
+    async fn resync(&self, conn: &mut Conn, keys: &Keys) -> redis::RedisResult<()> {
         let pattern = format!("{}:assignment:*", keys.prefix);
         let values: Vec<redis::Value> = redis::Script::new(READ_ALL)
             .key(keys.version())

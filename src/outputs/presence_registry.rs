@@ -74,7 +74,7 @@ pub async fn run(
 }
 
 async fn refresh(
-    conn: &mut redis::aio::ConnectionManager,
+    conn: &mut super::redis::Conn,
     presence: &Presence,
     ours: &mut HashSet<String>,
     now: f64,

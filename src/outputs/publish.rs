@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +34,7 @@ use tracing::{info, warn};
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-use super::redis::Redis;
+use super::redis::{Conn, Redis};
 use crate::backoff::{Backoff, Jitter};
 use crate::leader::duty::Duty;
 use crate::view::View;
@@ -313,7 +312,7 @@ fn merge(merged: &mut BTreeMap<(String, String), Option<String>>, changes: Chang
 }
 
 async fn incremental(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     script: &redis::Script,
     keys: &Keys,
     merged: &BTreeMap<(String, String), Option<String>>,
@@ -350,7 +349,7 @@ async fn incremental(
 }
 
 async fn republish(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     script: &redis::Script,
     view: &View,
     keys: &Keys,

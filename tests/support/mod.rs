@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod ca;
+pub mod topologies;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -462,25 +462,8 @@ impl Federate {
         let own = self.peer_key(&self.pool.deployment).into_bytes();
         // Bytes, not strings: one key or record that is not UTF-8 is one malformed record,
         // not a failed refresh.
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(100)
-                .query_async(&mut conn)
-                .await?;
-            keys.extend(batch.into_iter().filter(|k| *k != own));
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        keys.sort();
-        keys.dedup();
+        let mut keys = conn.scan_match(&pattern).await?;
+        keys.retain(|k| *k != own);
         let mut roster = Roster::default();
         for chunk in keys.chunks(100) {
             let values: Vec<Option<Vec<u8>>> =

@@ -8,7 +8,7 @@
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 
-use redis::aio::ConnectionManager;
+use crate::outputs::redis::Conn;
 
 /// The default window; upstream's is `max(heartbeat TTL, 300)`.
 pub const WINDOW_SEC: f64 = 300.0;
@@ -63,7 +63,7 @@ impl PresentGroups {
     /// `ZADD`, trim to the window, `EXPIRE window + heartbeat TTL`, in one transaction.
     pub async fn write_remote(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut Conn,
         key: &str,
         group: i64,
         now: f64,
@@ -86,11 +86,7 @@ impl PresentGroups {
 
     /// `collect_local_present_group_ids()`: local and (when given) remote groups within the
     /// window, the 2,000 most recently seen locally when there are more, ascending.
-    pub async fn collect(
-        &self,
-        remote: Option<(&mut ConnectionManager, &str)>,
-        now: f64,
-    ) -> Vec<i64> {
+    pub async fn collect(&self, remote: Option<(&mut Conn, &str)>, now: f64) -> Vec<i64> {
         let cutoff = now - self.window;
         let local: HashMap<i64, f64> = {
             let local = self.local.lock();
