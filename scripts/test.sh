@@ -43,6 +43,10 @@ fi
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   missing+=(python3-venv)
 fi
+# The packages' test: systemd-analyze verify on the unit, systemd-sysusers on the sysusers file.
+if ! command -v systemd-analyze >/dev/null || ! command -v systemd-sysusers >/dev/null; then
+  missing+=(systemd)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi
@@ -84,3 +88,4 @@ part "Rust tests" rust_tests
 export AUTO_ASSIGN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/auto-assign"
 part Koishi bash -c 'cd integrations/koishi && npm ci --no-audit --no-fund && npm test'
 part NoneBot integrations/nonebot/run-tests.sh
+part Packages scripts/test-packages.sh
