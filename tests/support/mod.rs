@@ -318,8 +318,32 @@ pub struct Postgres {
 
 impl Postgres {
     pub fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    /// With TLS only: `ssl = on` with `server`'s certificate and key, `postgres`'s password
+    /// `password` (SCRAM), and `pg_hba.conf` letting TCP connections in over TLS only (a
+    /// plain one is refused; the local socket stays `trust`).
+    pub fn start_tls(server: &ca::CertFiles, password: &str) -> Postgres {
+        Postgres::start_with(Some((server, password)))
+    }
+
+    fn start_with(tls: Option<(&ca::CertFiles, &str)>) -> Postgres {
         let dir = TempDir::new("pg");
         let data = dir.join("data");
+        // The server's own copies, in its directory: owned by the user it runs as (the chown
+        // below), the key 0600, as PostgreSQL requires.
+        if let Some((server, password)) = tls {
+            std::fs::copy(&server.cert, dir.join("server.crt")).unwrap();
+            std::fs::copy(&server.key, dir.join("server.key")).unwrap();
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(
+                dir.join("server.key"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .unwrap();
+            std::fs::write(dir.join("pwfile"), password).unwrap();
+        }
         let as_root = Command::new("id")
             .arg("-u")
             .output()
@@ -353,7 +377,8 @@ impl Postgres {
                 String::from_utf8_lossy(&out.stderr)
             );
         };
-        run(&[
+        let pwfile = format!("--pwfile={}", dir.join("pwfile").display());
+        let mut initdb = vec![
             "initdb",
             "-D",
             data.to_str().unwrap(),
@@ -363,7 +388,33 @@ impl Postgres {
             "-E",
             "UTF8",
             "--no-sync",
-        ]);
+        ];
+        if tls.is_some() {
+            initdb.push(&pwfile);
+        }
+        run(&initdb);
+        if tls.is_some() {
+            // Appended to and rewritten in place: the files keep their owner.
+            use std::io::Write as _;
+            let mut conf = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("postgresql.conf"))
+                .unwrap();
+            write!(
+                conf,
+                "\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+                dir.join("server.crt").display(),
+                dir.join("server.key").display()
+            )
+            .unwrap();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\n\
+                 hostssl all all 127.0.0.1/32 scram-sha-256\n\
+                 hostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .unwrap();
+        }
         let port = free_port();
         let options = format!(
             "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
@@ -471,16 +522,67 @@ pub struct MariaDb {
     dir: TempDir,
     child: Option<Child>,
     pub port: u16,
+    /// The server's certificate and its CA, when it requires TLS.
+    tls: Option<(ca::CertFiles, PathBuf)>,
 }
 
 impl MariaDb {
     pub fn start() -> MariaDb {
+        MariaDb::start_with(None)
+    }
+
+    /// With TLS required (`require_secure_transport`): `server`'s certificate and key, and
+    /// `ca` (PEM) for client certificates. A plain connection is refused. Grant tables are
+    /// real here (`--skip-grant-tables` would skip the transport check too): `root` connects
+    /// from 127.0.0.1 without a password; [`MariaDb::create_user`] makes others.
+    pub fn start_tls(server: &ca::CertFiles, ca: &Path) -> MariaDb {
+        MariaDb::start_with(Some((server.clone(), ca.to_owned())))
+    }
+
+    /// A user with every privilege, from anywhere, with this password (TLS servers only).
+    pub fn create_user(&self, user: &str, password: &str) {
+        let server = format!("mysql://root@127.0.0.1:{}", self.port);
+        block_on(async {
+            let pool = Db::mysql(&server).await;
+            for sql in [
+                format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"),
+                format!("GRANT ALL PRIVILEGES ON *.* TO '{user}'@'%'"),
+            ] {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+
+    fn start_with(tls: Option<(ca::CertFiles, PathBuf)>) -> MariaDb {
         let mut server = MariaDb {
             dir: TempDir::new("mariadb"),
             child: None,
             port: free_port(),
+            tls,
         };
         std::fs::create_dir_all(server.dir.join("data")).unwrap();
+        if server.tls.is_some() {
+            let mut install = Command::new("mariadb-install-db");
+            install
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", server.dir.join("data").display()))
+                .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
+            if is_root() {
+                install.arg("--user=root");
+            }
+            let out = install
+                .output()
+                .expect("mariadb-install-db (mariadb-server)");
+            assert!(
+                out.status.success(),
+                "mariadb-install-db: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         server.restart();
         server
     }
@@ -524,8 +626,12 @@ impl MariaDb {
                 "--log-error={}",
                 self.dir.join("error.log").display()
             ))
+            .args(if self.tls.is_some() {
+                &[][..]
+            } else {
+                &["--skip-grant-tables"][..]
+            })
             .args([
-                "--skip-grant-tables",
                 "--skip-name-resolve",
                 "--skip-log-bin",
                 "--innodb-buffer-pool-size=16M",
@@ -535,6 +641,12 @@ impl MariaDb {
             ]);
         if is_root() {
             cmd.arg("--user=root");
+        }
+        if let Some((server, ca)) = &self.tls {
+            cmd.arg(format!("--ssl-cert={}", server.cert.display()))
+                .arg(format!("--ssl-key={}", server.key.display()))
+                .arg(format!("--ssl-ca={}", ca.display()))
+                .arg("--require-secure-transport=ON");
         }
         // The server's time zone (`SYSTEM`, which the service's sessions keep) made definite.
         cmd.env("TZ", "UTC");

@@ -195,14 +195,16 @@ impl SqlStore {
                 // belongs to a paused or dead process and must not keep rows locked (under
                 // leadership it would hold the term row, and the next leader, back).
                 let options = sqlx::postgres::PgConnectOptions::from_str(url.expose())
-                    .map_err(|_| anyhow::anyhow!("{url}: not a valid PostgreSQL URL"))?
+                    .map_err(|e| invalid_url(url, "PostgreSQL", e))?
                     .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)]);
+                let server =
+                    server_name(options.get_socket(), options.get_host(), options.get_port());
                 let pool = PgPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(3))
                     .connect_with(options)
                     .await
-                    .context("connecting to PostgreSQL")?;
+                    .map_err(|e| connect_error("PostgreSQL", &server, e))?;
                 sqlx::migrate!("./migrations/postgres")
                     .run(&pool)
                     .await
@@ -218,14 +220,16 @@ impl SqlStore {
                     "mysql://",
                     1,
                 ))
-                .map_err(|_| anyhow::anyhow!("{url}: not a valid MySQL URL"))?
+                .map_err(|e| invalid_url(url, "MySQL", e))?
                 .timezone(None);
+                let server =
+                    server_name(options.get_socket(), options.get_host(), options.get_port());
                 let pool = MySqlPoolOptions::new()
                     .max_connections(4)
                     .acquire_timeout(Duration::from_secs(3))
                     .connect_with(options)
                     .await
-                    .context("connecting to MySQL")?;
+                    .map_err(|e| connect_error("MySQL", &server, e))?;
                 sqlx::migrate!("./migrations/mysql")
                     .run(&pool)
                     .await
@@ -416,6 +420,49 @@ impl Store for SqlStore {
             }
         }
     }
+}
+
+/// Where a connection goes, for its errors (which name neither the URL nor its password):
+/// `host:port`, or the Unix socket.
+fn server_name(socket: Option<&std::path::PathBuf>, host: &str, port: u16) -> String {
+    match socket {
+        Some(socket) => socket.display().to_string(),
+        None if host.contains(':') => format!("[{host}]:{port}"),
+        None => format!("{host}:{port}"),
+    }
+}
+
+/// A failed connection: where to, and why, on one line (sqlx's error alone, not its sources
+/// too, which repeat it), with what to check when the server's certificate is not trusted.
+fn connect_error(database: &str, server: &str, e: sqlx::Error) -> anyhow::Error {
+    use rustls::CertificateError as C;
+    let certificate = match &e {
+        sqlx::Error::Io(io) => io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>()),
+        _ => None,
+    };
+    let hint = match certificate {
+        Some(rustls::Error::InvalidCertificate(C::UnknownIssuer)) => {
+            " (the server's certificate is not signed by the CA of `sslrootcert` / `ssl-ca`, \
+             nor by one the system trusts)"
+        }
+        Some(rustls::Error::InvalidCertificate(
+            C::NotValidForName | C::NotValidForNameContext { .. },
+        )) => " (the server's certificate is not for the host in the URL)",
+        _ => "",
+    };
+    anyhow::anyhow!("connecting to {database} at {server}: {e}{hint}")
+}
+
+/// A URL sqlx cannot read: shown without its password, with sqlx's reason (an unknown
+/// `sslmode`, a bad port), which quotes no part of the URL's user information.
+fn invalid_url(url: &crate::secret::SecretUrl, database: &str, e: sqlx::Error) -> anyhow::Error {
+    let reason = match e {
+        sqlx::Error::Configuration(reason) => reason.to_string(),
+        other => other.to_string(),
+    };
+    anyhow::anyhow!("{url}: not a valid {database} URL ({reason})")
 }
 
 /// An SQL error as a store error: outage (retry) or rejection (the table is not as expected).
