@@ -7,6 +7,12 @@
 //! moments would otherwise be decided from a file that the other instances and Pallas-Bot
 //! peers, all claiming in Redis, never see, and two bots would answer the same message.
 //! Timeouts follow Pallas-Bot's client (1 s to connect, 2 s per command).
+//!
+//! What `redis.url` names may be one server, a Redis Cluster (the cluster client follows the
+//! slots and their failovers by itself) or a master watched by Sentinel (asked for again
+//! whenever the server stops answering as a master). Callers see one [`Conn`] either way;
+//! only the key names differ ([`Settings::key_prefix`]), because a script's keys must share a
+//! cluster slot.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
