@@ -139,9 +139,9 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let redis = match &config.redis {
-        Some(r) => Some(
-            Redis::connect(r, shutdown.clone()).map_err(|e| anyhow::anyhow!("redis.url {e}"))?,
-        ),
+        Some(r) => {
+            Some(Redis::connect(r, shutdown.clone()).map_err(|e| anyhow::anyhow!("redis: {e}"))?)
+        }
         None => None,
     };
     let shared = Shared {
@@ -413,7 +413,7 @@ fn start_federate(
     let pool_redis = match &s.redis {
         Some(r) if service_redis == Some(&pool.redis_url) => r.clone(),
         _ => Redis::connect_url(pool.redis_url.expose(), s.shutdown.clone())
-            .map_err(|e| anyhow::anyhow!("federate Redis {e}"))?,
+            .map_err(|e| anyhow::anyhow!("federate: Redis {e}"))?,
     };
     let federate = Federate::new(
         f,

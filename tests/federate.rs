@@ -864,11 +864,7 @@ fn heartbeats_within_a_second_of_redis_becoming_reachable() {
 #[test]
 fn a_pool_on_a_redis_cluster_answers_each_message_once() {
     let cluster = RedisCluster::start();
-    let seeds: Vec<String> = cluster.urls()[..3]
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect();
-    let extra = format!("redis: {{url: [{}], cluster: true}}", seeds.join(", "));
+    let extra = format!("redis: {}", cluster.redis_section());
     let (a, b) = pool_on(&cluster.urls()[0], &extra, "");
 
     let heartbeat = format!("pallas:fed:pool-1:peer_bots:{}", a.id);

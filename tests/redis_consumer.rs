@@ -195,13 +195,9 @@ fn the_docs_consumer_follows_one_redis() {
 #[test]
 fn the_docs_cluster_consumer_follows_a_redis_cluster() {
     let cluster = RedisCluster::start();
-    let seeds: Vec<String> = cluster.urls()[..3]
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect();
     check(
         "consumer-cluster",
-        &format!("{{url: [{}], cluster: true}}", seeds.join(", ")),
+        &cluster.redis_section(),
         &cluster_line(cluster.nodes[0].port),
         &|| {
             cluster

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::topologies::{MASTER_NAME, RedisCluster, RedisSentinel};
+use support::topologies::{RedisCluster, RedisSentinel};
 use support::{
     Db, FLEET, Postgres, RedisServer, Service, Sims, TempDir, eventually, fleet_with_offline,
     free_port,
@@ -692,11 +692,7 @@ fn stale_writes(history: &[(i64, i64, String, i64)]) -> usize {
 #[test]
 fn on_a_redis_cluster_a_killed_master_fails_over_without_a_stale_write() {
     let mut redis = RedisCluster::start();
-    let seeds: Vec<String> = redis.urls()[..3]
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect();
-    let section = format!("{{url: [{}], cluster: true}}", seeds.join(", "));
+    let section = redis.redis_section();
     let cluster = Cluster::start_with(
         "ha-redis-cluster",
         2,
@@ -765,11 +761,7 @@ fn on_a_redis_cluster_a_killed_master_fails_over_without_a_stale_write() {
 #[test]
 fn behind_sentinel_the_service_follows_the_new_master_and_the_fence_holds() {
     let mut redis = RedisSentinel::start();
-    let sentinels: Vec<String> = redis.urls().iter().map(|u| format!("\"{u}\"")).collect();
-    let section = format!(
-        "{{url: [{}], masterName: {MASTER_NAME}}}",
-        sentinels.join(", ")
-    );
+    let section = redis.redis_section();
     let cluster = Cluster::start_with(
         "ha-sentinel",
         2,

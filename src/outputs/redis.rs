@@ -380,7 +380,7 @@ const MAX_CONNECT_RETRY: Duration = Duration::from_millis(250);
 /// within this time rather than at the next write of some periodic task.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// Why the Redis of the config cannot even be tried.
+/// Why the Redis of the config cannot even be tried (the caller names the section).
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     #[error("{url}: {source}")]
@@ -389,7 +389,7 @@ pub enum SetupError {
         url: String,
         source: redis::RedisError,
     },
-    #[error("redis.tls: cannot read {}: {source}", path.display())]
+    #[error("tls: cannot read {}: {source}", path.display())]
     File {
         path: PathBuf,
         source: std::io::Error,
@@ -798,6 +798,17 @@ mod tests {
             }
         );
         assert_eq!(s.key_prefix(), "auto-assign");
+    }
+
+    #[test]
+    fn an_unreadable_tls_file_is_named() {
+        let s = parse("url: rediss://u:hunter2@a:1\ntls: {caFile: /nonexistent/ca.pem}").unwrap();
+        let e = Target::new(&s).err().unwrap().to_string();
+        assert!(
+            e.starts_with("tls: cannot read /nonexistent/ca.pem: "),
+            "{e}"
+        );
+        assert!(!e.contains("hunter2"), "{e}");
     }
 
     #[test]

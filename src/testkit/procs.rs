@@ -13,17 +13,17 @@ pub fn free_port() -> std::io::Result<u16> {
 /// A redis-server on 127.0.0.1:`port` that persists nothing (no RDB snapshots, no AOF).
 pub fn redis_server(port: u16) -> Command {
     let mut command = Command::new("redis-server");
-    command.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]);
+    command.args(redis_server_args(port));
     command
+}
+
+/// [`redis_server`]'s arguments, for servers that need more of them (clusters, replicas).
+pub fn redis_server_args(port: u16) -> Vec<String> {
+    ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+        .into_iter()
+        .chain(["--save", "", "--appendonly", "no"])
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A child sent SIGTERM (a clean stop: the service deletes its peer key, flushes its store)

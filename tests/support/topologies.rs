@@ -74,24 +74,25 @@ pub fn cli(port: u16, args: &[&str]) -> String {
 }
 
 fn base_args(dir: &Path, port: u16) -> Vec<String> {
-    [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        // A replica syncs at once (Redis waits 5 s for more replicas by default): a replica
-        // that never synced refuses to take over from a dead master.
-        "--repl-diskless-sync-delay",
-        "0",
-        "--dir",
-        &dir.display().to_string(),
-    ]
-    .map(str::to_owned)
-    .to_vec()
+    let mut args = auto_assign::testkit::procs::redis_server_args(port);
+    args.extend(
+        [
+            // A replica syncs at once (Redis waits 5 s for more replicas by default): a
+            // replica that never synced refuses to take over from a dead master.
+            "--repl-diskless-sync-delay",
+            "0",
+            "--dir",
+            &dir.display().to_string(),
+        ]
+        .map(str::to_owned),
+    );
+    args
+}
+
+/// URLs as a YAML flow list, for a `redis.url`: `["redis://…", "redis://…"]`.
+pub fn yaml_list(urls: &[String]) -> String {
+    let quoted: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!("[{}]", quoted.join(", "))
 }
 
 /// Three masters and three replicas, slots spread by `redis-cli --cluster create`.
@@ -162,6 +163,11 @@ impl RedisCluster {
     /// The URLs of the seed nodes a client is given: every node.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Node::url).collect()
+    }
+
+    /// A `redis:` section naming three of the nodes as seeds.
+    pub fn redis_section(&self) -> String {
+        format!("{{url: {}, cluster: true}}", yaml_list(&self.urls()[..3]))
     }
 
     /// A running node, to ask.
@@ -263,9 +269,13 @@ impl RedisSentinel {
         topology
     }
 
-    /// The sentinels' URLs, as `redis.url` lists them.
-    pub fn urls(&self) -> Vec<String> {
-        self.sentinels.iter().map(Node::url).collect()
+    /// A `redis:` section naming the sentinels and the master set.
+    pub fn redis_section(&self) -> String {
+        let sentinels: Vec<String> = self.sentinels.iter().map(Node::url).collect();
+        format!(
+            "{{url: {}, masterName: {MASTER_NAME}}}",
+            yaml_list(&sentinels)
+        )
     }
 
     /// The master's port as the sentinels name it now.
