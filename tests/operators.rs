@@ -285,14 +285,18 @@ fn explain_and_status_from_the_api_and_the_command_line() {
 struct Browser {
     driver: Child,
     url: String,
+    _profile: TempDir,
 }
 
 impl Browser {
     fn start() -> Browser {
         support::installed("chromedriver", "chromium-driver");
         let port = free_port();
+        // The browser's profile and temporary files in a directory of its own.
+        let profile = TempDir::new("chromium");
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            .env("TMPDIR", profile.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -304,7 +308,12 @@ impl Browser {
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {"args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000",
+                // Nothing but the page: no background fetches, updates or sync, which this
+                // machine's closed network refuses.
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-quic", "--no-first-run",
+                format!("--user-data-dir={}", profile.join("profile").display()),
             ]}
         }}});
         let session: Value = http()
@@ -321,6 +330,7 @@ impl Browser {
         Browser {
             driver,
             url: format!("{base}/session/{id}"),
+            _profile: profile,
         }
     }
 

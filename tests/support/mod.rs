@@ -564,11 +564,16 @@ impl MariaDb {
             tls,
         };
         std::fs::create_dir_all(server.dir.join("data")).unwrap();
+        // Each server's own temporary directory: servers installed side by side in the
+        // system's one clash on its `#sql-temptable-…` files.
+        std::fs::create_dir_all(server.dir.join("tmp")).unwrap();
         if server.tls.is_some() {
             let mut install = Command::new("mariadb-install-db");
             install
                 .arg("--no-defaults")
                 .arg(format!("--datadir={}", server.dir.join("data").display()))
+                .arg(format!("--tmpdir={}", server.dir.join("tmp").display()))
+                .env("TMPDIR", server.dir.join("tmp"))
                 .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
             if is_root() {
                 install.arg("--user=root");
@@ -613,6 +618,7 @@ impl MariaDb {
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.dir.join("data").display()))
             .arg(format!("--port={}", self.port))
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .arg("--bind-address=127.0.0.1")
             .arg(format!(
                 "--socket={}",
@@ -649,7 +655,7 @@ impl MariaDb {
                 .arg("--require-secure-transport=ON");
         }
         // The server's time zone (`SYSTEM`, which the service's sessions keep) made definite.
-        cmd.env("TZ", "UTC");
+        cmd.env("TZ", "UTC").env("TMPDIR", self.dir.join("tmp"));
         let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
