@@ -118,8 +118,10 @@ tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch
   gzip -n >"$tarball"
 
 # --- 2. The Koishi plugin ------------------------------------------------------------------
-# package.json `files` (src, README.md) and `main` (src/index.js): plain CommonJS, no build step
-# (the sources are // @ts-check JavaScript; no .d.ts is shipped). The tests stay out.
+# package.json `files` (src, locales, types, both READMEs), `main` (src/index.js) and `types`
+# (types/index.d.ts): plain CommonJS, no build step (the sources are // @ts-check JavaScript; the
+# declarations are generated from them and committed, checked by the plugin's tests). The tests
+# stay out.
 step "npm pack integrations/koishi"
 pack_json=$(cd integrations/koishi && npm pack --json --pack-destination "$dist" 2>"$stage/npm-pack.log") || {
   cat "$stage/npm-pack.log" >&2
@@ -128,8 +130,10 @@ pack_json=$(cd integrations/koishi && npm pack --json --pack-destination "$dist"
 tgz=$(PACK="$pack_json" node -e '
   const [p] = JSON.parse(process.env.PACK)
   const files = p.files.map(f => f.path)
-  const main = require("./integrations/koishi/package.json").main || "index.js"
-  const missing = ["package.json", main, "README.md"].filter(f => !files.includes(f))
+  const pkg = require("./integrations/koishi/package.json")
+  const main = pkg.main || "index.js"
+  const wanted = ["package.json", main, "README.md", "README.en.md", "locales/zh-CN.json", "locales/en-US.json", pkg.types]
+  const missing = wanted.filter(f => f && !files.includes(f))
   const extra = files.filter(f => /^(test|node_modules)\//.test(f))
   if (missing.length || extra.length) {
     console.error(`the npm package lacks ${missing.join(", ") || "nothing"} and has ${extra.join(", ") || "nothing"} it should not: check package.json "files" and "main"`)

@@ -30,6 +30,7 @@ class Applier {
     this.config = config
     this.link = link
     this.hooks = hooks
+    /** @type {import('koishi').Logger} */
     this.logger = ctx.logger('auto-assign')
     /** The service's assignment as last heard: platform → channel → bot ('' = unassigned).
      * @type {Map<string, Map<string, string>>} */
@@ -62,6 +63,15 @@ class Applier {
 
   start() {
     this.loop = this.follow()
+  }
+
+  /**
+   * The service's assignee of a channel as last heard on the stream: a bot id, '' (unassigned),
+   * or undefined (the service has not named the channel).
+   * @param {string} platform @param {string} channel @returns {string | undefined}
+   */
+  assigneeOf(platform, channel) {
+    return this.desired.get(platform)?.get(channel)
   }
 
   // ---- the stream ---------------------------------------------------------------------

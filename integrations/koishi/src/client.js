@@ -103,6 +103,7 @@ class Sleeper {
 class Link {
   /** @param {Logger} logger @param {string} endpoint */
   constructor(logger, endpoint) {
+    /** @type {import('koishi').Logger} */
     this.logger = logger
     this.endpoint = endpoint
     this.down = false

@@ -7,6 +7,8 @@
 //   group receives (for the service's `balanceBy: messages`).
 // * Applier: follows GET /v1/assignments/stream and writes each group's assignee with
 //   ctx.database.upsert('channel', ...), so it works on every database Koishi supports.
+// * Commands (src/commands.js): explain, status, rebalance, answered by one bot per group, in
+//   the user's locale (locales/*.json).
 
 const { Schema } = require('koishi')
 const { createHash } = require('node:crypto')
@@ -14,11 +16,24 @@ const { hostname } = require('node:os')
 const { Link } = require('./client')
 const { Reporter } = require('./reporter')
 const { Applier } = require('./applier')
+const { registerCommands } = require('./commands')
+// JSON, not YAML: Node loads it without a build step or a YAML parser (see README).
+const zhCN = require('../locales/zh-CN.json')
+const enUS = require('../locales/en-US.json')
 
 const name = 'auto-assign'
 const inject = ['database']
 
+/** @type {string} shown in the console, Chinese first */
 const usage = `
+跟随 **auto-assign** 服务：上报本 Koishi 的机器人和它们所在的群，并写入每个群的受理人（assignee），让每个群只由一个机器人回复。
+
+* 在全局设置（koishi.yml）中设置 \`autoAssign: false\`，只让服务决定受理人。
+* 服务的 config.yaml 需要 \`api.bind\` 和 \`sources.http\`；把它的 \`api.token\` 填到这里。
+* 不要把服务的 \`database.url\` 指向本 Koishi 的 SQLite 文件。
+* 插件还会上报各群收到的消息数，供服务的 \`balanceBy: messages\` 使用（\`messageReportInterval\`，0 为关闭）。
+* 指令：\`分配.谁\`（auto-assign.explain）、\`分配.状态\`（auto-assign.status）、\`分配.重新分配\`（auto-assign.rebalance）。
+
 Follows the **auto-assign** service: it reports this Koishi's bots and their groups, and writes
 each group's assignee, so exactly one bot answers in each group.
 
@@ -27,44 +42,60 @@ each group's assignee, so exactly one bot answers in each group.
 * Never point the service's \`database.url\` at this Koishi's SQLite file.
 * It also reports how many messages each group receives, for the service's \`balanceBy: messages\`
   (\`messageReportInterval\`; 0 turns that off).
+* Commands: \`auto-assign.explain\`, \`auto-assign.status\`, \`auto-assign.rebalance\`.
 `
 
 const REPORTER_NAME = /^[A-Za-z0-9_.:-]*$/ // empty: the default
 
 /**
+ * The config as `apply` gets it: every key (the schema fills in the defaults).
  * @typedef {object} Config
- * @property {string} endpoint
- * @property {string} [token]
- * @property {string} [reporter]
- * @property {number} heartbeatInterval
- * @property {number} batchSize
- * @property {number} retryMin
- * @property {number} retryMax
- * @property {number} requestTimeout
- * @property {number} messageReportInterval
+ * @property {string} endpoint  URL of the service (its `api.bind`)
+ * @property {string} token  the service's `api.token`; '': none
+ * @property {string} reporter  the name this Koishi reports its bots under; '': derived
+ * @property {number} heartbeatInterval  ms
+ * @property {number} batchSize  channel rows per `database.upsert`
+ * @property {number} retryMin  ms
+ * @property {number} retryMax  ms
+ * @property {number} requestTimeout  ms
+ * @property {number} messageReportInterval  seconds; 0: message counts are not reported
+ * @property {number} readAuthority  authority the reading commands need (explain, status)
+ * @property {number} changeAuthority  authority the changing commands need (rebalance)
  */
 
-/** @type {import('koishi').Schema<Config>} */
-const Config = Schema.object({
-  endpoint: Schema.string().role('link').default('http://127.0.0.1:8787')
-    .description('URL of the auto-assign service (its `api.bind`).'),
-  token: Schema.string().role('secret').default('')
-    .description("The service's `api.token` (sent as `Authorization: Bearer ...`). Empty: none."),
-  reporter: Schema.string().pattern(REPORTER_NAME).default('')
-    .description('Name this Koishi reports its bots under (letters, digits, `_ . : -`); unique per Koishi instance. Empty: `koishi-<host>-<hash of the instance directory>`.'),
-  heartbeatInterval: Schema.natural().role('ms').min(200).default(10000)
-    .description("Heartbeat period; keep it well inside the service's `sources.http.offlineGrace` (default 30 s), e.g. a third."),
-  batchSize: Schema.natural().min(1).max(1000).default(100)
-    .description('Channel rows per `database.upsert`.'),
-  retryMin: Schema.natural().role('ms').min(10).default(1000)
-    .description('First retry delay while the service or the database fails; doubles per attempt.'),
-  retryMax: Schema.natural().role('ms').min(10).default(30000)
-    .description('Longest retry delay.'),
-  requestTimeout: Schema.natural().role('ms').min(100).default(10000)
-    .description('Timeout of one request to the service (and of one `getGuildList` page).'),
-  messageReportInterval: Schema.number().min(0).default(10)
-    .description('Seconds between two reports of how many messages each group received (each message counted once, however many bots got it), for the service\'s `balanceBy: messages`. 0: not reported.'),
-})
+/**
+ * One section of the config, its descriptions (and its title) from the locale files: Chinese
+ * first, English; `''` (any other locale) gets the Chinese.
+ * @template S @param {S} schema @param {'connection' | 'commands'} section @returns {S}
+ */
+function translated(schema, section) {
+  const zh = zhCN._config[section]
+  const en = enUS._config[section]
+  return /** @type {any} */ (schema).i18n({ '': zh, 'zh-CN': zh, 'en-US': en })
+}
+
+/**
+ * The config's schema: what the console shows, and what turns the config written in koishi.yml
+ * or given to `ctx.plugin` (every key may be left out) into a `Config`. (The cast fails to
+ * type-check when the schema and the `Config` typedef disagree.)
+ */
+const Config = /** @type {import('koishi').Schema<Partial<Config>, Config>} */ (Schema.intersect([
+  translated(Schema.object({
+    endpoint: Schema.string().role('link').default('http://127.0.0.1:8787'),
+    token: Schema.string().role('secret').default(''),
+    reporter: Schema.string().pattern(REPORTER_NAME).default(''),
+    heartbeatInterval: Schema.natural().role('ms').min(200).default(10000),
+    batchSize: Schema.natural().min(1).max(1000).default(100),
+    retryMin: Schema.natural().role('ms').min(10).default(1000),
+    retryMax: Schema.natural().role('ms').min(10).default(30000),
+    requestTimeout: Schema.natural().role('ms').min(100).default(10000),
+    messageReportInterval: Schema.number().min(0).default(10),
+  }), 'connection'),
+  translated(Schema.object({
+    readAuthority: Schema.natural().max(5).default(1),
+    changeAuthority: Schema.natural().max(5).default(4),
+  }), 'commands'),
+]))
 
 /**
  * The default reporter name: stable for one Koishi instance, different for two instances (even on
@@ -99,6 +130,18 @@ function apply(ctx, config) {
     // heartbeat gets 409 and the full state follows at once, not at the next heartbeat).
     onReconnect: () => fleet.probe(),
   })
+
+  for (const [locale, dict] of [['zh-CN', zhCN], ['en-US', enUS]]) {
+    const { _config, ...messages } = /** @type {typeof zhCN} */ (dict)
+    ctx.i18n.define(/** @type {string} */ (locale), messages)
+  }
+  registerCommands(ctx, {
+    endpoint: config.endpoint,
+    token: config.token,
+    requestTimeout: config.requestTimeout,
+    readAuthority: config.readAuthority ?? 1,
+    changeAuthority: config.changeAuthority ?? 4,
+  }, { applier, reporter: fleet })
 
   ctx.on('login-added', (session) => {
     fleet.onLogin(session.bot)

@@ -48,6 +48,7 @@ class Reporter {
     this.ctx = ctx
     this.config = config
     this.link = link
+    /** @type {import('koishi').Logger} */
     this.logger = ctx.logger('auto-assign')
     this.path = '/v1/fleet/reporters/' + encodeURIComponent(config.reporter)
     /** @type {Map<string, BotState>} */
@@ -145,6 +146,20 @@ class Reporter {
     const timestamp = typeof session.timestamp === 'number' && Number.isFinite(session.timestamp) ? session.timestamp : Date.now()
     // The first count after a report: the loop may be sleeping until the next heartbeat.
     if (this.messages.seen(platform, channel, bot, user, session.content ?? '', timestamp)) this.sleeper.wake()
+  }
+
+  /**
+   * This Koishi's bots that are online and, as far as this reporter knows (guild lists, joins
+   * and leaves), in `channel`.
+   * @param {string} platform @param {string} channel @returns {string[]}
+   */
+  membersOf(platform, channel) {
+    /** @type {string[]} */
+    const ids = []
+    for (const s of this.bots.values()) {
+      if (s.platform === platform && s.online && s.channels.has(channel)) ids.push(s.id)
+    }
+    return ids
   }
 
   /** The service may have forgotten us (the stream reconnected): heartbeat now; 409 → PUT. */
