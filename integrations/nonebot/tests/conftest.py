@@ -35,6 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "_env_file": (str(HERE / ".env.test"),),  # a tuple: only this file
         "command_start": {"/"},
         "command_sep": {"."},
+        "superusers": {"4242"},  # SUPERUSER: may use the changing commands (test_commands.py)
         "log_level": "INFO",
         # Fast recovery for the restart test.
         "auto_assign_heartbeat_interval": 1.0,
@@ -78,9 +79,20 @@ async def _each_test(service: Service) -> AsyncIterator[None]:
     reset_roster()
     HANDLED.clear()
     await wait_until(lambda: runtime.state.connected, what="the plugin follows the stream")
-    policy = config.auto_assign_when_unreachable
+    # Settings tests change at run time, restored after each test.
+    saved = {
+        key: getattr(config, key)
+        for key in (
+            "auto_assign_when_unreachable",
+            "auto_assign_language",
+            "auto_assign_read_permission",
+            "auto_assign_gate",
+            "auto_assign_enabled",
+        )
+    }
     yield
-    config.auto_assign_when_unreachable = policy
+    for key, value in saved.items():
+        setattr(config, key, value)
     # nonebug disconnects a context's bots at its exit; the hooks run in the background.
     await wait_until(lambda: not nonebot.get_bots(), what="bots disconnected")
     await wait_until(lambda: runtime.hooks_running == 0, what="bot hooks finished")

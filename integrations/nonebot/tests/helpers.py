@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import nonebot
-from nonebot.adapters.onebot.v11 import Adapter, GroupMessageEvent
+from nonebot.adapters.onebot.v11 import Adapter, GroupMessageEvent, PrivateMessageEvent
 from nonebot.adapters.onebot.v11 import Bot as V11Bot
 
 BOTS = ("1001", "1002", "1003")
@@ -59,10 +59,11 @@ def group_message(
     user: int = 42,
     at: Iterable[str] = (),
     seq: int | None = None,
+    role: str = "member",
 ) -> GroupMessageEvent:
     """A group message as OneBot sends it (parsed by the adapter's own collator). ``seq``
     makes the message distinct (message id and time): the same message delivered to several
-    bots must share it."""
+    bots must share it. ``role``: the sender's (``member``, ``admin`` or ``owner``)."""
     n = next(_seq) if seq is None else seq
     segments: list[dict[str, Any]] = [{"type": "at", "data": {"qq": q}} for q in at]
     segments.append({"type": "text", "data": {"text": (" " if at else "") + text}})
@@ -81,10 +82,32 @@ def group_message(
             "message": segments,
             "raw_message": raw,
             "font": 0,
-            "sender": {"user_id": user, "nickname": "alice", "card": "", "role": "member"},
+            "sender": {"user_id": user, "nickname": "alice", "card": "", "role": role},
         }
     )
     assert isinstance(event, GroupMessageEvent)
+    return event
+
+
+def private_message(self_id: str, text: str, *, user: int = 42) -> PrivateMessageEvent:
+    """A private (friend) message to ``self_id``, as OneBot sends it."""
+    n = next(_seq)
+    event = Adapter.json_to_event(
+        {
+            "time": 1_790_000_000 + n,
+            "self_id": int(self_id),
+            "post_type": "message",
+            "message_type": "private",
+            "sub_type": "friend",
+            "message_id": n,
+            "user_id": user,
+            "message": [{"type": "text", "data": {"text": text}}],
+            "raw_message": text,
+            "font": 0,
+            "sender": {"user_id": user, "nickname": "alice"},
+        }
+    )
+    assert isinstance(event, PrivateMessageEvent)
     return event
 
 
@@ -174,3 +197,47 @@ async def settle(service: Any, online: Iterable[str], timeout: float = 10.0) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"assignment did not settle: {why}")
         await anyio.sleep(0.05)
+
+
+class Reply:
+    """The reply nonebug's ``should_call_send`` expects, whatever its text; keeps the text. A
+    send nonebug does not expect (a second bot replying, say) fails the test."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+
+    def __eq__(self, other: object) -> bool:
+        self.text = str(other)
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<any reply>"
+
+
+async def ask(
+    ctx: Any,
+    bots: dict[str, V11Bot],
+    group: str,
+    text: str,
+    answerer: str,
+    *,
+    user: int = 42,
+    role: str = "member",
+) -> str:
+    """Sends ``text`` to ``group`` through every connected member bot at once, as ``deliver``;
+    ``answerer`` must reply, once, and no other bot may: returns the reply."""
+    n = next(_seq)
+    receivers = [b for b in members(group, bots) if b in nonebot.get_bots()]
+    assert answerer in receivers, (answerer, receivers)
+    events = {b: group_message(b, group, text, user=user, seq=n, role=role) for b in receivers}
+    reply = Reply()
+    ctx.should_call_send(events[answerer], reply, result={"message_id": n}, bot=bots[answerer])
+    await asyncio.gather(*(bots[b].handle_event(events[b]) for b in receivers))
+    assert ctx.wait_list.empty(), f"{answerer} did not reply to {text!r}"
+    assert reply.text is not None
+    return reply.text

@@ -8,6 +8,8 @@
   join and leave notices, reported to the service (``/v1/fleet/reporters/{name}``).
 * **Message counts**: how many messages each group received, each counted once however many
   bots of this process received it, reported with the fleet (the service's channel weights).
+* **Commands**: ``aa`` (``分配``) ``explain``, ``status``, ``rebalance`` (``commands.py``),
+  replying in ``AUTO_ASSIGN_LANGUAGE`` (``i18n.py``).
 """
 
 from __future__ import annotations
@@ -47,19 +49,6 @@ from .gate import (
 from .state import Assignment
 
 __all__ = ["Config", "Verdict", "config", "runtime"]
-
-__plugin_meta__ = PluginMetadata(
-    name="auto-assign",
-    description="Exactly one bot of the fleet answers each group (auto-assign service client)",
-    usage=(
-        "No commands. Set AUTO_ASSIGN_URL and AUTO_ASSIGN_TOKEN in .env; the plugin reports "
-        "this process's bots to the service and lets each group message through for its "
-        "assigned bot only."
-    ),
-    type="application",
-    config=Config,
-    supported_adapters={"~onebot.v11"},
-)
 
 driver = get_driver()
 config = get_plugin_config(Config)
@@ -425,3 +414,20 @@ async def auto_assign_preprocessor(bot: Bot, event: Event) -> None:
                 runtime.reporter.joined(bot.self_id, group)
             else:
                 runtime.reporter.left(bot.self_id, group)
+
+
+# ------------------------------------------------------------------------------ commands, metadata
+from . import commands as commands  # noqa: E402 - needs the runtime and the gate above
+
+__plugin_meta__ = PluginMetadata(
+    name="auto-assign 多 bot 群分配",
+    description=(
+        "同一批群里有多个 bot 时，每个群只由 auto-assign 服务指定的一个 bot 应答 / "
+        "Exactly one bot of the fleet answers each group, the one the auto-assign service assigns"
+    ),
+    usage=commands.usage(),
+    type="application",
+    homepage="https://github.com/auto-assign/auto-assign/tree/main/integrations/nonebot",
+    config=Config,
+    supported_adapters={"~onebot.v11"},
+)

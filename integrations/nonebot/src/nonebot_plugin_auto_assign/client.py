@@ -3,7 +3,9 @@
 Routes: ``POST /v1/ingress`` (claims), ``PUT|DELETE /v1/fleet/reporters/{name}``,
 ``POST /v1/fleet/reporters/{name}/events`` and ``/heartbeat`` (the fleet source, and the
 group message counts),
-``GET /v1/assignments/stream`` (Server-Sent Events) and ``GET /v1/bots``.
+``GET /v1/assignments/stream`` (Server-Sent Events) and ``GET /v1/bots``; for the commands,
+``GET /v1/status``, ``GET /v1/explain/{platform}/{channel}``,
+``GET /v1/assignments/{platform}/{channel}`` and ``POST /v1/rebalance``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -48,6 +51,11 @@ def _check(response: httpx.Response) -> httpx.Response:
     if status >= 500:
         raise Unreachable(f"HTTP {status}: {message}")
     raise Rejected(f"HTTP {status}: {message}", status)
+
+
+def _segment(value: str) -> str:
+    """A path segment with everything but unreserved characters percent-encoded."""
+    return quote(value, safe="")
 
 
 class ServiceClient:
@@ -101,6 +109,37 @@ class ServiceClient:
         response = await self._request("GET", "/v1/bots")
         bots: list[dict[str, Any]] = response.json()
         return bots
+
+    async def status(self) -> dict[str, Any]:
+        """``GET /v1/status``: per platform the numbers of the last plan, and ``last_run``."""
+        response = await self._request("GET", "/v1/status")
+        status: dict[str, Any] = response.json()
+        return status
+
+    async def explain(self, platform: str, channel: str) -> dict[str, Any]:
+        """``GET /v1/explain/{platform}/{channel}``: the assignee, the reason and the members."""
+        response = await self._request(
+            "GET", f"/v1/explain/{_segment(platform)}/{_segment(channel)}"
+        )
+        explanation: dict[str, Any] = response.json()
+        return explanation
+
+    async def assignment(self, platform: str, channel: str) -> dict[str, Any]:
+        """``GET /v1/assignments/{platform}/{channel}``: ``assignee``, ``excluded``,
+        ``committed``."""
+        response = await self._request(
+            "GET", f"/v1/assignments/{_segment(platform)}/{_segment(channel)}"
+        )
+        assignment: dict[str, Any] = response.json()
+        return assignment
+
+    async def rebalance(self) -> None:
+        """``POST /v1/rebalance`` (202). An instance that follows a leader answers 409: raised
+        as ``Rejected`` with ``status`` 409 (the message names the leader)."""
+        try:
+            await self._request("POST", "/v1/rebalance")
+        except UnknownReporter as e:  # _check's name for any 409
+            raise Rejected(str(e), 409) from e
 
     async def stream(self) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """``GET /v1/assignments/stream``: yields ``(event, data)`` until the stream ends."""

@@ -7,8 +7,9 @@ insensitively. Values are plain strings or JSON.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+from nonebot.compat import field_validator
 from pydantic import BaseModel
 
 
@@ -83,3 +84,21 @@ class Config(BaseModel):
 
     auto_assign_log_decisions: bool = False
     """Log every gate decision at DEBUG level (costs a few microseconds per message)."""
+
+    auto_assign_language: Literal["zh", "en"] = "zh"
+    """The language of the commands' replies: ``zh`` (中文) or ``en``. ``zh-CN``, ``en_US`` and
+    the like are read as ``zh`` and ``en``."""
+
+    auto_assign_read_permission: Literal["everyone", "admin", "superuser"] = "everyone"
+    """Who may use the reading commands (``aa explain``, ``aa status``): ``everyone``, ``admin``
+    (group owners and admins, and superusers) or ``superuser`` (``SUPERUSERS``). The changing
+    commands (``aa rebalance``) are for superusers only, whatever this says."""
+
+    @field_validator("auto_assign_language", mode="before")
+    @classmethod
+    def _language(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            base = value.strip().lower().replace("_", "-").split("-", 1)[0]
+            if base in ("zh", "en"):
+                return base
+        return value
