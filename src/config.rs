@@ -2,7 +2,7 @@
 //!
 //! Each subsystem owns its section (its keys, defaults and checks live next to the code that
 //! uses them: `triggers::TriggerDelays`, `store::Settings`, `source::Settings`,
-//! `outputs::redis::Settings`, `pallas::claim::Settings`, `api::Settings`,
+//! `redis_conn::Settings`, `pallas::claim::Settings`, `api::Settings`,
 //! `pallas::federate::settings::Settings`); this module composes them, keeps the plugin's
 //! top-level keys, and decides which sections need a restart. Every load runs the same checks,
 //! at start-up and on every edit; an error names the file, the key, and the line and column.
@@ -19,13 +19,13 @@ use crate::api::settings as api;
 use crate::balance::provisional::Provisional;
 use crate::balance::{BalanceBy, Rules, Strategy};
 use crate::leader::settings as leadership;
-use crate::outputs::redis;
 use crate::pallas::claim;
 use crate::pallas::federate::settings as federate;
+use crate::redis_conn;
 use crate::source;
 use crate::store;
+use crate::traffic;
 use crate::triggers::{CronExpr, TriggerDelays};
-use crate::weights;
 use crate::yaml::{self, NonEmpty, Quantity, Seconds};
 pub use crate::yaml::{AtLeast, FileError};
 
@@ -42,7 +42,7 @@ pub struct Config {
     pub rules: Rules,
     pub strategy: Strategy,
     /// How channel weights are measured (`rules` holds the floor and minGain too).
-    pub weights: weights::Settings,
+    pub weights: traffic::Settings,
     pub delays: TriggerDelays,
     /// Whether channels left without a valid bot get one at once, or with the rebalance.
     pub provisional: Provisional,
@@ -51,7 +51,7 @@ pub struct Config {
     pub database: store::Settings,
     pub sources: source::Settings,
     /// Redis for publication, claims, gates and presence; `None` = no Redis.
-    pub redis: Option<redis::Settings>,
+    pub redis: Option<redis_conn::Settings>,
     pub claims: claim::Settings,
     pub api: api::Settings,
     /// The Pallas-Bot federate pool this deployment joins, if any.
@@ -120,7 +120,7 @@ struct Raw {
     #[serde(default)]
     channel_weights: BTreeMap<NonEmpty, Quantity>,
     #[serde(default)]
-    weights: weights::Settings,
+    weights: traffic::Settings,
     #[serde(default)]
     trigger_delays: TriggerDelays,
     #[serde(default)]
@@ -132,7 +132,7 @@ struct Raw {
     #[serde(default)]
     sources: source::Settings,
     #[serde(default)]
-    redis: Option<redis::Settings>,
+    redis: Option<redis_conn::Settings>,
     #[serde(default)]
     claims: claim::Settings,
     #[serde(default)]

@@ -15,11 +15,11 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::leader::duty::Role;
-use crate::outputs::publish::PublishStatus;
 use crate::pallas::federate::Federate;
 use crate::pallas::ingress::Reason;
 use crate::presence::Presence;
+use crate::publication::publisher::PublishStatus;
+use crate::store::fence::Role;
 use crate::store::writer::{CommitMetrics, WriteStatus};
 use crate::view::View;
 

@@ -15,30 +15,32 @@ use tracing::{error, info};
 
 pub use crate::clock::Clock;
 
-use crate::api::{self, Api};
+use crate::api::{self, ApiState};
 use crate::config::{Config, FileError};
-use crate::engine::{Control, Engine, Handle, Outputs};
+use crate::engine::{Control, Engine, Outputs};
+use crate::engine_handle::{EngineHandle, Request};
+use crate::file_watch::FileWatch;
 use crate::leader;
 use crate::metrics::Metrics;
-use crate::outputs::follower::Follower;
-use crate::outputs::presence_registry;
-use crate::outputs::publish::{Keys, Publisher};
-use crate::outputs::redis::Redis;
 use crate::pallas::claim::Claims;
 use crate::pallas::federate::{Federate, settings};
 use crate::pallas::gate::Gates;
 use crate::pallas::ingress::Ingress;
+use crate::pallas::presence_registry;
 use crate::presence::Presence;
+use crate::publication::Keys;
+use crate::publication::follower::Follower;
+use crate::publication::publisher::Publisher;
+use crate::redis_conn::Redis;
 use crate::source::file::{self, Fleet};
 use crate::source::http::Reporters;
 use crate::source::merge::SourceId;
 use crate::source::{FleetEvent, onebot};
 use crate::status::{ReloadStatus, Status};
 use crate::store::writer::Writer;
-use crate::store::{DatabaseUrl, SqlStore, Store as _};
+use crate::store::{AssignmentRow, DatabaseUrl, SqlStore, Store as _, WeightWrite};
+use crate::traffic::Counter;
 use crate::view::View;
-use crate::watch::FileWatch;
-use crate::weights::Counter;
 
 /// Why the service could not start (or run).
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +105,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Se
 }
 
 /// What every part of the service shares.
-struct Shared {
+struct Common {
     config: Config,
     clock: Clock,
     view: View,
@@ -115,22 +117,47 @@ struct Shared {
     shutdown: CancellationToken,
 }
 
+/// The engine's inputs: fleet events (tagged with their source), control messages from the
+/// service's own tasks, and the API's requests.
+struct Inputs {
+    fleet_tx: mpsc::Sender<(SourceId, FleetEvent)>,
+    fleet_rx: mpsc::Receiver<(SourceId, FleetEvent)>,
+    control_tx: mpsc::Sender<Control>,
+    control_rx: mpsc::Receiver<Control>,
+    engine: EngineHandle,
+    requests: mpsc::Receiver<Request>,
+}
+
+impl Inputs {
+    fn new() -> Inputs {
+        let (fleet_tx, fleet_rx) = mpsc::channel(4096);
+        let (control_tx, control_rx) = mpsc::channel(64);
+        let (engine, requests) = EngineHandle::channel();
+        Inputs {
+            fleet_tx,
+            fleet_rx,
+            control_tx,
+            control_rx,
+            engine,
+            requests,
+        }
+    }
+}
+
+/// What the store held at start: the previous assignment and the channel weights.
+struct Stored {
+    assignments: Vec<AssignmentRow>,
+    weights: Vec<WeightWrite>,
+}
+
 /// Starts the service on `config`: everything that can fail at start (files, database, ports)
 /// has been checked when this returns.
 pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> {
-    let fleet = match &config.sources.file {
+    let fleet_file = match &config.sources.file {
         Some(path) => Some((path.clone(), Fleet::load(path)?)),
         None => None,
     };
-    let store = SqlStore::connect(&config.database.url, clock).await?;
-    let stored = store
-        .load_assignments()
-        .await
-        .map_err(|e| anyhow::anyhow!("reading stored assignments: {e}"))?;
-    let stored_weights = store
-        .load_weights()
-        .await
-        .map_err(|e| anyhow::anyhow!("reading stored channel weights: {e}"))?;
+    let (store, stored) = open_store(&config, clock).await?;
     info!(
         "{}: config loaded; strategy {}",
         config.path.display(),
@@ -138,221 +165,93 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     );
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
-    let redis = match &config.redis {
-        Some(r) => {
-            Some(Redis::connect(r, shutdown.clone()).map_err(|e| anyhow::anyhow!("redis: {e}"))?)
-        }
-        None => None,
-    };
-    let shared = Shared {
-        config: config.clone(),
-        clock,
-        view: View::default(),
-        presence: Presence::default(),
-        presence_changed: watch::channel(()).0,
-        redis,
-        traffic: Counter::default(),
-        shutdown: shutdown.clone(),
-    };
-    let publisher = start_outputs(&shared, &mut tasks);
-    let followed = start_following(&shared);
-    let federate = start_federate(&shared, &mut tasks)?;
-
-    let (fleet_tx, fleet_rx) = mpsc::channel(4096);
-    let (control_tx, control_rx) = mpsc::channel(64);
-    let reporters = config.sources.http.clone().map(|settings| {
-        let reporters = Reporters::new(settings, fleet_tx.clone(), shared.traffic.clone());
-        tasks.spawn(reporters.clone().expire(shutdown.clone()));
-        reporters
-    });
-    // The API reads the history through its own handle on the same pool.
-    let history_reader = store.clone();
+    let common = Common::connect(config, clock, shutdown.clone())?;
+    let publisher = start_publication(&common, &mut tasks);
+    let followed = start_following(&common);
+    let federate = start_federate(&common, &mut tasks)?;
+    let inputs = Inputs::new();
+    let reporters = start_reporters(&common, &inputs.fleet_tx, &mut tasks);
     let metrics = Arc::new(Metrics::new());
     let writer = Writer::start(
-        store,
-        config.database.shutdown_timeout.get(),
+        store.clone(),
+        common.config.database.shutdown_timeout.get(),
         clock,
         metrics.commits(),
     );
-    let publication = publisher.as_ref().map(|p| p.status.clone());
     let store_status = writer.status();
+    let publication = publisher.as_ref().map(|p| p.status.clone());
     let outputs = Outputs {
-        view: shared.view.clone(),
+        view: common.view.clone(),
         publisher,
-        presence: shared.presence.clone(),
-        presence_changed: shared.presence_changed.clone(),
+        presence: common.presence.clone(),
+        presence_changed: common.presence_changed.clone(),
         clock,
         metrics: metrics.clone(),
         followed: followed.clone(),
     };
-    let write_status = writer.status();
     let mut engine = Engine::new(
-        config.clone(),
-        stored,
+        common.config.clone(),
+        stored.assignments,
         writer,
         outputs,
-        shared.traffic.clone(),
+        common.traffic.clone(),
     );
-    engine.load_weights(stored_weights);
-    let leadership = match &config.leadership {
-        None => None,
-        Some(settings) => {
-            // The campaign's turns reach the engine as control messages.
-            let (turns_tx, mut turns) = mpsc::channel(4);
-            let control = control_tx.clone();
-            tasks.spawn(async move {
-                while let Some(turn) = turns.recv().await {
-                    if control.send(Control::Turn(turn)).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            let parts = leader::Parts {
-                settings: settings.clone(),
-                prefix: config
-                    .redis
-                    .as_ref()
-                    .map_or_else(|| "auto-assign".to_owned(), |r| r.key_prefix()),
-                redis: shared.redis.clone(),
-                database: match &config.database.url {
-                    DatabaseUrl::Postgres(url) => Some(url.clone()),
-                    _ => None,
-                },
-                store: history_reader.clone(),
-                turns: turns_tx,
-                writes: write_status,
-            };
-            let leadership =
-                leader::start(parts).map_err(|e| FileError::new(&config.path, e.to_string()))?;
-            info!("leadership: campaigning as {}", leadership.instance);
-            Some(leadership)
-        }
-    };
+    engine.load_weights(stored.weights);
+    let leadership = start_leadership(&common, &store, &inputs, store_status.clone(), &mut tasks)?;
     if let Some(followed) = followed {
-        // Each new version of the leader's publication reaches the engine (coalesced).
-        let mut changed = followed.changed();
-        let control = control_tx.clone();
-        let stop = shutdown.clone();
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    result = changed.changed() => if result.is_err() { return },
-                }
-                if control.send(Control::Followed).await.is_err() {
-                    return;
-                }
-            }
-        });
+        forward_followed(&common, followed, &inputs.control_tx, &mut tasks);
     }
     let (reload_status, reload_rx) = watch::channel(ReloadStatus::default());
-
-    let api_addr = match config.api.bind {
-        None => None,
-        Some(bind) => {
-            let api = Api {
-                view: shared.view.clone(),
-                ingress: Ingress {
-                    view: shared.view.clone(),
-                    claims: Claims::new(
-                        shared.redis.clone(),
-                        &config.claims.key_prefix.0,
-                        config.claims.ttl.get(),
-                        &config.claims.data_dir,
-                    ),
-                    federate: federate.clone(),
-                    traffic: shared.traffic.clone(),
-                },
-                federate: federate.clone(),
-                gates: Gates::new(shared.redis.clone(), clock),
-                presence: shared.presence.clone(),
-                redis: shared.redis.clone(),
-                engine: Handle::new(control_tx.clone()),
-                token: config.api.token.clone(),
-                status: Status {
-                    store: store_status,
-                    reload: reload_rx,
-                    publication,
-                    leadership: leadership
-                        .as_ref()
-                        .map(|l| (l.instance.clone(), l.role.clone())),
-                },
-                reporters: reporters.clone(),
-                shutdown: shutdown.clone(),
-                metrics,
-                metrics_auth: config.api.metrics_auth,
-                history: history_reader.clone(),
-            };
-            Some(start_api(&shared, api, bind, &mut tasks).await?)
-        }
+    let status = Status {
+        store: store_status,
+        reload: reload_rx,
+        publication,
+        leadership: leadership
+            .as_ref()
+            .map(|l| (l.instance.clone(), l.role.clone())),
     };
-    let (onebot_events, onebot_flush) = tagged(SourceId::OneBot, &fleet_tx, &mut tasks);
+    let api = api_state(
+        &common,
+        &inputs,
+        federate.clone(),
+        reporters.clone(),
+        status,
+        metrics,
+        store,
+    );
+    let api_addr = start_api(&common, api, &mut tasks).await?;
+    let (onebot_events, onebot_flush) = tagged(SourceId::OneBot, &inputs.fleet_tx, &mut tasks);
     let (onebot_addr, onebot_reported) =
-        start_onebot(&shared, federate.as_ref(), &onebot_events, &mut tasks).await?;
-    // No rebalance before every source has reported the fleet (see `Engine`).
-    let reporters_reported = reporters
-        .as_ref()
-        .map(|r| tokio::time::sleep(r.settings().startup_wait.get()));
-    let ready = control_tx.clone();
-    tasks.spawn(async move {
-        if let Some(reported) = onebot_reported {
-            reported.await;
-            // Its reports pass through a forwarding task; the engine must have them all
-            // queued before Ready, or the first plan misses a bot and the next moves channels.
-            onebot_flush.flushed().await;
-        }
-        if let Some(reported) = reporters_reported {
-            reported.await;
-        }
-        let _ = ready.send(Control::Ready).await;
-    });
-    if let Some((path, (fleet, content))) = fleet {
+        start_onebot(&common, federate.as_ref(), &onebot_events, &mut tasks).await?;
+    announce_ready(
+        onebot_reported.map(|reported| (reported, onebot_flush)),
+        reporters.as_ref(),
+        &inputs.control_tx,
+        &mut tasks,
+    );
+    if let Some((path, (fleet, content))) = fleet_file {
         // The file's fleet is known before the first plan, so a restart moves nothing.
         for event in Fleet::default().diff(&fleet) {
             engine.report(SourceId::File, event);
         }
         info!("{}: fleet file loaded", path.display());
-        let (events, _) = tagged(SourceId::File, &fleet_tx, &mut tasks);
+        let (events, _) = tagged(SourceId::File, &inputs.fleet_tx, &mut tasks);
         tasks.spawn(file::watch(path, fleet, content, events, shutdown.clone()));
     }
     tasks.spawn(watch_config(
-        config.path.clone(),
-        control_tx.clone(),
+        common.config.path.clone(),
+        inputs.control_tx.clone(),
         reload_status,
         clock,
         shutdown.clone(),
     ));
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move {
-        let unwritten = engine
-            .run(fleet_rx, control_tx, control_rx, stop.clone())
-            .await;
-        stop.cancel();
-        // Only now, with everything written, may the next leader start.
-        if let Some(leadership) = leadership {
-            leadership.release().await;
-        }
-        while tasks.join_next().await.is_some() {}
-        if unwritten.pending.is_empty() {
-            return Ok(());
-        }
-        let pending = &unwritten.pending;
-        error!(
-            "stopping with {} row(s) and {} history record(s) not written ({}): rows {}; history {}",
-            pending.rows(),
-            pending.runs(),
-            unwritten
-                .last_error
-                .as_deref()
-                .unwrap_or("the database did not answer"),
-            pending.describe_rows(50),
-            pending.describe_runs()
-        );
-        Err(ServeError::Unwritten {
-            rows: pending.rows(),
-            runs: pending.runs(),
-        })
-    });
+    let task = tokio::spawn(run_engine(
+        engine,
+        inputs,
+        leadership,
+        tasks,
+        shutdown.clone(),
+    ));
     Ok(Running {
         api_addr,
         onebot_addr,
@@ -361,8 +260,240 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     })
 }
 
+/// Connects the store and reads what it holds.
+async fn open_store(config: &Config, clock: Clock) -> Result<(SqlStore, Stored), ServeError> {
+    let store = SqlStore::connect(&config.database.url, clock).await?;
+    let assignments = store
+        .load_assignments()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading stored assignments: {e}"))?;
+    let weights = store
+        .load_weights()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading stored channel weights: {e}"))?;
+    Ok((
+        store,
+        Stored {
+            assignments,
+            weights,
+        },
+    ))
+}
+
+impl Common {
+    /// The shared parts, with the Redis connection when one is configured.
+    fn connect(
+        config: Config,
+        clock: Clock,
+        shutdown: CancellationToken,
+    ) -> Result<Common, ServeError> {
+        let redis = match &config.redis {
+            Some(r) => Some(
+                Redis::connect(r, shutdown.clone()).map_err(|e| anyhow::anyhow!("redis: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(Common {
+            config,
+            clock,
+            view: View::default(),
+            presence: Presence::default(),
+            presence_changed: watch::channel(()).0,
+            redis,
+            traffic: Counter::default(),
+            shutdown,
+        })
+    }
+}
+
+/// The fleet reporters' registry (`sources.http`), expiring silent reporters.
+fn start_reporters(
+    c: &Common,
+    fleet: &mpsc::Sender<(SourceId, FleetEvent)>,
+    tasks: &mut JoinSet<()>,
+) -> Option<Reporters> {
+    let settings = c.config.sources.http.clone()?;
+    let reporters = Reporters::new(settings, fleet.clone(), c.traffic.clone());
+    tasks.spawn(reporters.clone().expire(c.shutdown.clone()));
+    Some(reporters)
+}
+
+/// Campaigns for leadership, when configured; the campaign's turns reach the engine as
+/// control messages.
+fn start_leadership(
+    c: &Common,
+    store: &SqlStore,
+    inputs: &Inputs,
+    writes: watch::Receiver<crate::store::writer::WriteStatus>,
+    tasks: &mut JoinSet<()>,
+) -> Result<Option<leader::Leadership>, ServeError> {
+    let Some(settings) = &c.config.leadership else {
+        return Ok(None);
+    };
+    let (turns_tx, mut turns) = mpsc::channel(4);
+    let control = inputs.control_tx.clone();
+    tasks.spawn(async move {
+        while let Some(turn) = turns.recv().await {
+            if control.send(Control::Turn(turn)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let parts = leader::Parts {
+        settings: settings.clone(),
+        prefix: c
+            .config
+            .redis
+            .as_ref()
+            .map_or_else(|| "auto-assign".to_owned(), |r| r.key_prefix()),
+        redis: c.redis.clone(),
+        database: match &c.config.database.url {
+            DatabaseUrl::Postgres(url) => Some(url.clone()),
+            _ => None,
+        },
+        store: store.clone(),
+        turns: turns_tx,
+        writes,
+    };
+    let leadership =
+        leader::start(parts).map_err(|e| FileError::new(&c.config.path, e.to_string()))?;
+    info!("leadership: campaigning as {}", leadership.instance);
+    Ok(Some(leadership))
+}
+
+/// Each new version of the leader's publication reaches the engine (coalesced).
+fn forward_followed(
+    c: &Common,
+    followed: Follower,
+    control: &mpsc::Sender<Control>,
+    tasks: &mut JoinSet<()>,
+) {
+    let mut changed = followed.changed();
+    let control = control.clone();
+    let stop = c.shutdown.clone();
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                result = changed.changed() => if result.is_err() { return },
+            }
+            if control.send(Control::Followed).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// Everything the API's routes read.
+fn api_state(
+    c: &Common,
+    inputs: &Inputs,
+    federate: Option<Arc<Federate>>,
+    reporters: Option<Reporters>,
+    status: Status,
+    metrics: Arc<Metrics>,
+    history: SqlStore,
+) -> ApiState {
+    let claims = &c.config.claims;
+    ApiState {
+        view: c.view.clone(),
+        ingress: Ingress {
+            view: c.view.clone(),
+            claims: Claims::new(
+                c.redis.clone(),
+                &claims.key_prefix.0,
+                claims.ttl.get(),
+                &claims.data_dir,
+            ),
+            federate: federate.clone(),
+            traffic: c.traffic.clone(),
+        },
+        federate,
+        gates: Gates::new(c.redis.clone(), c.clock),
+        presence: c.presence.clone(),
+        redis: c.redis.clone(),
+        engine: inputs.engine.clone(),
+        token: c.config.api.token.clone(),
+        status,
+        reporters,
+        shutdown: c.shutdown.clone(),
+        metrics,
+        metrics_auth: c.config.api.metrics_auth,
+        history,
+    }
+}
+
+/// Sends [`Control::Ready`] once every source has reported the fleet (no rebalance before:
+/// see [`Engine`]): the OneBot source once its bots had their first attempt (and its reports
+/// reached the engine's queue), the reporters after their `startupWait`.
+fn announce_ready(
+    onebot: Option<(impl Future<Output = ()> + Send + 'static, Flush)>,
+    reporters: Option<&Reporters>,
+    control: &mpsc::Sender<Control>,
+    tasks: &mut JoinSet<()>,
+) {
+    let reporters_reported = reporters.map(|r| tokio::time::sleep(r.settings().startup_wait.get()));
+    let ready = control.clone();
+    tasks.spawn(async move {
+        if let Some((reported, flush)) = onebot {
+            reported.await;
+            // Its reports pass through a forwarding task; the engine must have them all
+            // queued before Ready, or the first plan misses a bot and the next moves channels.
+            flush.flushed().await;
+        }
+        if let Some(reported) = reporters_reported {
+            reported.await;
+        }
+        let _ = ready.send(Control::Ready).await;
+    });
+}
+
+/// Runs the engine until the stop, then hands leadership over and waits for every task.
+async fn run_engine(
+    engine: Engine,
+    inputs: Inputs,
+    leadership: Option<leader::Leadership>,
+    mut tasks: JoinSet<()>,
+    stop: CancellationToken,
+) -> Result<(), ServeError> {
+    let unwritten = engine
+        .run(
+            inputs.fleet_rx,
+            inputs.control_tx,
+            inputs.control_rx,
+            inputs.requests,
+            stop.clone(),
+        )
+        .await;
+    stop.cancel();
+    // Only now, with everything written, may the next leader start.
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+    }
+    while tasks.join_next().await.is_some() {}
+    if unwritten.pending.is_empty() {
+        return Ok(());
+    }
+    let pending = &unwritten.pending;
+    error!(
+        "stopping with {} row(s) and {} history record(s) not written ({}): rows {}; history {}",
+        pending.rows(),
+        pending.runs(),
+        unwritten
+            .last_error
+            .as_deref()
+            .unwrap_or("the database did not answer"),
+        pending.describe_rows(50),
+        pending.describe_runs()
+    );
+    Err(ServeError::Unwritten {
+        rows: pending.rows(),
+        runs: pending.runs(),
+    })
+}
+
 /// The Redis publication and the presence registry, when Redis is configured.
-fn start_outputs(s: &Shared, tasks: &mut JoinSet<()>) -> Option<Publisher> {
+fn start_publication(s: &Common, tasks: &mut JoinSet<()>) -> Option<Publisher> {
     let (redis, settings) = (s.redis.as_ref()?, s.config.redis.as_ref()?);
     tasks.spawn(presence_registry::run(
         redis.clone(),
@@ -379,13 +510,13 @@ fn start_outputs(s: &Shared, tasks: &mut JoinSet<()>) -> Option<Publisher> {
         redis.clone(),
         s.view.clone(),
         keys,
-        leader::duty::Duty::at_start(s.config.leadership.as_ref()),
+        leader::duty_at_start(s.config.leadership.as_ref()),
         s.shutdown.clone(),
     ))
 }
 
 /// Under leadership, the leader's publication, which followers serve.
-fn start_following(s: &Shared) -> Option<Follower> {
+fn start_following(s: &Common) -> Option<Follower> {
     s.config.leadership.as_ref()?;
     let (redis, settings) = (s.redis.as_ref()?, s.config.redis.as_ref()?);
     let keys = Keys {
@@ -396,7 +527,7 @@ fn start_following(s: &Shared) -> Option<Follower> {
 
 /// Joins the federate pool, when one is configured and resolves.
 fn start_federate(
-    s: &Shared,
+    s: &Common,
     tasks: &mut JoinSet<()>,
 ) -> Result<Option<Arc<Federate>>, ServeError> {
     let Some(f) = &s.config.federate else {
@@ -431,32 +562,34 @@ fn start_federate(
     Ok(Some(federate))
 }
 
-/// Binds the HTTP API and serves it; returns the bound address.
+/// Binds the HTTP API and serves it; returns the bound address (`None` with `api.bind: null`).
 async fn start_api(
-    s: &Shared,
-    api: Api,
-    bind: SocketAddr,
+    s: &Common,
+    api: ApiState,
     tasks: &mut JoinSet<()>,
-) -> Result<SocketAddr, ServeError> {
+) -> Result<Option<SocketAddr>, ServeError> {
+    let Some(bind) = s.config.api.bind else {
+        return Ok(None);
+    };
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| anyhow::anyhow!("api.bind {bind}: {e}"))?;
     let addr = listener.local_addr().map_err(anyhow::Error::from)?;
     info!("API listening on http://{addr}");
-    let app = api::app(api, s.config.api.max_body_bytes.get() as usize);
+    let service = api::router(api, s.config.api.max_body_bytes.get() as usize);
     tasks.spawn(api::serve(
         listener,
-        app,
+        service,
         s.config.api.header_timeout.get(),
         s.shutdown.clone(),
     ));
-    Ok(addr)
+    Ok(Some(addr))
 }
 
 /// Starts the OneBot source; returns the reverse server's address and what completes once
 /// the source has reported the fleet.
 async fn start_onebot(
-    s: &Shared,
+    s: &Common,
     federate: Option<&Arc<Federate>>,
     fleet: &mpsc::Sender<FleetEvent>,
     tasks: &mut JoinSet<()>,

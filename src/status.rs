@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::leader::duty::Role;
-use crate::outputs::publish::PublishStatus;
+use crate::publication::publisher::PublishStatus;
+use crate::store::fence::Role;
 use crate::store::writer::WriteStatus;
 
 /// What the config watcher last did, for the API: the error of the last rejected edit stays

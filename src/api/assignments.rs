@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::shared::{Api, Shared, error};
-use crate::leader::duty::Role;
-use crate::outputs::presence_registry;
+use super::shared::{ApiRef, ApiState, error};
+use crate::pallas::presence_registry;
+use crate::store::fence::Role;
 
 /// `GET /v1/assignments/stream`: Server-Sent Events. First `snapshot` (every platform's
 /// assignment at `version`), then one `changes` per update with the next version (`null`:
@@ -22,7 +22,7 @@ use crate::outputs::presence_registry;
 /// client too slow to keep up with the changes is cut off and does the same (a missed presence
 /// event is not worth a resync: the next `GET /v1/bots` tells). The stream ends when the
 /// service stops.
-pub(super) async fn stream(State(api): State<Shared>) -> Response {
+pub(super) async fn stream(State(api): State<ApiRef>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures_util::StreamExt as _;
     use tokio::sync::broadcast::error::RecvError;
@@ -82,7 +82,7 @@ pub(super) struct PlatformQuery {
 }
 
 /// Whether everything planned is in the database (`false` while rows wait or writes fail).
-pub(super) fn committed_header(api: &Api) -> [(&'static str, &'static str); 1] {
+pub(super) fn committed_header(api: &ApiState) -> [(&'static str, &'static str); 1] {
     let committed = if api.status.store.borrow().is_committed() {
         "true"
     } else {
@@ -92,7 +92,7 @@ pub(super) fn committed_header(api: &Api) -> [(&'static str, &'static str); 1] {
 }
 
 pub(super) async fn assignments(
-    State(api): State<Shared>,
+    State(api): State<ApiRef>,
     Query(q): Query<PlatformQuery>,
 ) -> Response {
     let platforms = match q.platform {
@@ -110,7 +110,7 @@ pub(super) async fn assignments(
 }
 
 pub(super) async fn assignment(
-    State(api): State<Shared>,
+    State(api): State<ApiRef>,
     Path((platform, channel)): Path<(String, String)>,
 ) -> Json<Value> {
     Json(json!({
@@ -122,7 +122,7 @@ pub(super) async fn assignment(
     }))
 }
 
-pub(super) async fn bots(State(api): State<Shared>) -> Json<Value> {
+pub(super) async fn bots(State(api): State<ApiRef>) -> Json<Value> {
     let mut out = Vec::new();
     for platform in api.view.platforms() {
         for (bot, online, load) in api.view.bots(&platform) {
@@ -139,7 +139,7 @@ pub(super) async fn bots(State(api): State<Shared>) -> Json<Value> {
     Json(Value::Array(out))
 }
 
-pub(super) async fn presence(State(api): State<Shared>) -> Json<Value> {
+pub(super) async fn presence(State(api): State<ApiRef>) -> Json<Value> {
     if let Some(redis) = &api.redis
         && let Some(records) = presence_registry::read(redis).await
     {
@@ -148,7 +148,7 @@ pub(super) async fn presence(State(api): State<Shared>) -> Json<Value> {
     Json(json!({ "source": "local", "bots": api.presence.snapshot() }))
 }
 
-pub(super) async fn federate_peers(State(api): State<Shared>) -> Response {
+pub(super) async fn federate_peers(State(api): State<ApiRef>) -> Response {
     match &api.federate {
         Some(f) => Json(f.describe()).into_response(),
         None => error(
@@ -160,7 +160,7 @@ pub(super) async fn federate_peers(State(api): State<Shared>) -> Response {
 
 /// Why a channel has its assignee, from the engine's own index.
 pub(super) async fn explain(
-    State(api): State<Shared>,
+    State(api): State<ApiRef>,
     Path((platform, channel)): Path<(String, String)>,
 ) -> Response {
     match api.engine.explain(platform, channel).await {
@@ -175,16 +175,18 @@ pub(super) async fn explain(
 /// `GET /v1/weights/{platform}`: every known channel's weight as the plan counts it
 /// (messages a day, decayed; at least `weights.floor`; an admin's pin wins), and the
 /// channels whose weight is pinned.
-pub(super) async fn weights(State(api): State<Shared>, Path(platform): Path<String>) -> Response {
+pub(super) async fn weights(State(api): State<ApiRef>, Path(platform): Path<String>) -> Response {
     match api.engine.weights(platform.clone()).await {
         Ok(rows) => {
             let pinned: Vec<&str> = rows
                 .iter()
-                .filter(|(_, _, pinned)| *pinned)
-                .map(|(c, _, _)| c.as_str())
+                .filter(|row| row.pinned)
+                .map(|row| row.channel.as_str())
                 .collect();
-            let weights: serde_json::Map<String, Value> =
-                rows.iter().map(|(c, w, _)| (c.clone(), json!(w))).collect();
+            let weights: serde_json::Map<String, Value> = rows
+                .iter()
+                .map(|row| (row.channel.clone(), json!(row.weight)))
+                .collect();
             Json(json!({ "platform": platform, "weights": weights, "pinned": pinned }))
                 .into_response()
         }
@@ -195,7 +197,7 @@ pub(super) async fn weights(State(api): State<Shared>, Path(platform): Path<Stri
     }
 }
 
-pub(super) async fn rebalance(State(api): State<Shared>) -> Response {
+pub(super) async fn rebalance(State(api): State<ApiRef>) -> Response {
     if let Some(Role::Follower { leader, .. }) = api.status.role() {
         let leader = leader.as_deref().unwrap_or("nobody yet");
         return error(

@@ -8,13 +8,13 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::body::Body;
-use super::shared::{Api, Shared, error};
+use super::shared::{ApiRef, ApiState, error};
 use crate::pallas::claim::valid_plugin;
 use crate::source::http::{Events, FullState, ReportError, Reporters};
 
 /// `/v1/fleet/reporters/{name}`, when `sources.http` is on, with its own body limit (a full
 /// state carries every group of every bot).
-pub(super) fn fleet_routes(api: &Shared) -> Router<Shared> {
+pub(super) fn fleet_routes(api: &ApiRef) -> Router<ApiRef> {
     let Some(reporters) = &api.reporters else {
         return Router::new();
     };
@@ -42,7 +42,7 @@ pub(super) fn report_error(e: ReportError) -> Response {
 }
 
 /// The reporters, once the reporter's name is checked.
-pub(super) fn reporter<'a>(api: &'a Api, name: &str) -> Result<&'a Reporters, ReportError> {
+pub(super) fn reporter<'a>(api: &'a ApiState, name: &str) -> Result<&'a Reporters, ReportError> {
     if !valid_plugin(name) {
         return Err(ReportError::Invalid(format!(
             "reporter: {:?} is not a valid name ([A-Za-z0-9_.:-])",
@@ -56,7 +56,7 @@ pub(super) fn reporter<'a>(api: &'a Api, name: &str) -> Result<&'a Reporters, Re
 }
 
 pub(super) async fn put_reporter(
-    State(api): State<Shared>,
+    State(api): State<ApiRef>,
     Path(name): Path<String>,
     Body(state): Body<FullState>,
 ) -> Response {
@@ -71,7 +71,7 @@ pub(super) async fn put_reporter(
 }
 
 pub(super) async fn reporter_events(
-    State(api): State<Shared>,
+    State(api): State<ApiRef>,
     Path(name): Path<String>,
     Body(events): Body<Events>,
 ) -> Response {
@@ -86,7 +86,7 @@ pub(super) async fn reporter_events(
 }
 
 pub(super) async fn reporter_heartbeat(
-    State(api): State<Shared>,
+    State(api): State<ApiRef>,
     Path(name): Path<String>,
 ) -> Response {
     let reporters = match reporter(&api, &name) {
@@ -100,7 +100,7 @@ pub(super) async fn reporter_heartbeat(
 }
 
 pub(super) async fn delete_reporter(
-    State(api): State<Shared>,
+    State(api): State<ApiRef>,
     Path(name): Path<String>,
 ) -> Response {
     let reporters = match reporter(&api, &name) {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::body::Body;
-use super::shared::{Shared, invalid_name};
+use super::shared::{ApiRef, invalid_name};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,7 +23,7 @@ pub(super) fn five() -> f64 {
     5.0
 }
 
-pub(super) async fn owned_gate(State(api): State<Shared>, Body(g): Body<OwnedGate>) -> Response {
+pub(super) async fn owned_gate(State(api): State<ApiRef>, Body(g): Body<OwnedGate>) -> Response {
     if let Some(rejected) = invalid_name("plugin", &g.plugin) {
         return rejected;
     }
@@ -47,7 +47,7 @@ pub(super) fn two_hours() -> f64 {
     7200.0
 }
 
-pub(super) async fn begin_activity(State(api): State<Shared>, Body(a): Body<Activity>) -> Response {
+pub(super) async fn begin_activity(State(api): State<ApiRef>, Body(a): Body<Activity>) -> Response {
     if let Some(rejected) = invalid_name("namespace", &a.namespace) {
         return rejected;
     }
@@ -59,7 +59,7 @@ pub(super) async fn begin_activity(State(api): State<Shared>, Body(a): Body<Acti
     Json(json!({ "status": status, "fallback": answer.fallback })).into_response()
 }
 
-pub(super) async fn end_activity(State(api): State<Shared>, Body(a): Body<Activity>) -> Response {
+pub(super) async fn end_activity(State(api): State<ApiRef>, Body(a): Body<Activity>) -> Response {
     if let Some(rejected) = invalid_name("namespace", &a.namespace) {
         return rejected;
     }

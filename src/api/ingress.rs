@@ -1,4 +1,4 @@
-//! `POST /v1/ingress`, the one hot route, served in front of the router (see [`App`]).
+//! `POST /v1/ingress`, the one hot route, served in front of the router (see [`ApiService`]).
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -6,7 +6,7 @@ use axum::response::IntoResponse;
 use axum::{Json, Router};
 
 use super::body::{BodyError, is_json, parse_json, read_body};
-use super::shared::{Api, Shared, authorized, error, unauthorized};
+use super::shared::{ApiRef, ApiState, authorized, error, unauthorized};
 use crate::pallas::ingress::{Reason, Request as IngressRequest};
 
 /// The API as the server runs it: `POST /v1/ingress` straight to its handler, every other
@@ -23,13 +23,13 @@ use crate::pallas::ingress::{Reason, Request as IngressRequest};
 /// its growth), with the same checks in the same order (token, body size, content type,
 /// fields) from the same functions.
 #[derive(Clone)]
-pub struct App {
-    pub(super) api: Shared,
+pub struct ApiService {
+    pub(super) api: ApiRef,
     pub(super) router: Router,
     pub(super) max_body: usize,
 }
 
-impl App {
+impl ApiService {
     /// The answer to one request.
     pub async fn answer(
         self,
@@ -86,7 +86,7 @@ impl hyper::body::Body for AnswerBody {
                     .map(|small| Ok(hyper::body::Frame::data(Chunk::Small(small)))),
             ),
             AnswerBody::Routed(body) => hyper::body::Body::poll_frame(std::pin::Pin::new(body), cx)
-                .map_ok(|frame| frame.map_data(Chunk::Shared)),
+                .map_ok(|frame| frame.map_data(Chunk::ApiRef)),
         }
     }
 
@@ -114,21 +114,21 @@ impl hyper::body::Body for AnswerBody {
 )]
 pub enum Chunk {
     Small(SmallBuffer),
-    Shared(Bytes),
+    ApiRef(Bytes),
 }
 
 impl hyper::body::Buf for Chunk {
     fn remaining(&self) -> usize {
         match self {
             Chunk::Small(small) => small.unsent().len(),
-            Chunk::Shared(bytes) => bytes.remaining(),
+            Chunk::ApiRef(bytes) => bytes.remaining(),
         }
     }
 
     fn chunk(&self) -> &[u8] {
         match self {
             Chunk::Small(small) => small.unsent(),
-            Chunk::Shared(bytes) => bytes.chunk(),
+            Chunk::ApiRef(bytes) => bytes.chunk(),
         }
     }
 
@@ -138,15 +138,15 @@ impl hyper::body::Buf for Chunk {
                 assert!(n <= small.unsent().len(), "advanced past the end");
                 small.sent += n;
             }
-            Chunk::Shared(bytes) => bytes.advance(n),
+            Chunk::ApiRef(bytes) => bytes.advance(n),
         }
     }
 }
 
-/// `POST /v1/ingress`, from `App` in front of the router or through it: the token, the body
+/// `POST /v1/ingress`, from `ApiService` in front of the router or through it: the token, the body
 /// (size, content type, fields), the decision. The request's strings borrow from the body.
 pub(super) async fn ingress<B>(
-    api: &Api,
+    api: &ApiState,
     max_body: usize,
     request: hyper::Request<B>,
 ) -> hyper::Response<AnswerBody>
@@ -208,7 +208,7 @@ pub(super) async fn whole_body<B: axum::body::HttpBody<Data = Bytes>>(
 
 /// `POST /v1/ingress`, its body read; `headers` are the request's, to be the answer's.
 pub(super) async fn decide(
-    api: &Api,
+    api: &ApiState,
     request: &IngressRequest<'_>,
     headers: axum::http::HeaderMap,
 ) -> hyper::Response<AnswerBody> {

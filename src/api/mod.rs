@@ -1,4 +1,4 @@
-//! The HTTP API (axum; the ingress decision served in front of the router, see [`App`]): the
+//! The HTTP API (axum; the ingress decision served in front of the router, see [`ApiService`]): the
 //! ingress decision, the assignment, bots and presence, gates, and an admin rebalance. Every
 //! route but `/healthz` needs `Authorization: Bearer <api.token>` when a token is configured
 //! (compared in constant time). Bodies are capped; malformed JSON and missing or mistyped
@@ -6,20 +6,20 @@
 //! 500: the answer says which fallback decided.
 //!
 //! One file per resource: [`ingress`] (the hot route and the server's own front), `assignments`
-//! (the assignment and its stream, bots, explain, rebalance), `fleet` (reporters), `status`
+//! (the assignment and its stream, bots, explain, rebalance), `fleet` (reporters), `health`
 //! (health, history, metrics, the dashboard), `gates`; [`settings`] is the `api:` section;
 //! `shared` and `body` are what the routes share. The API reads the service's parts' status
 //! through [`crate::status::Status`] and asks the engine through its
-//! [`crate::engine::control::Handle`].
+//! [`crate::engine_handle::EngineHandle`].
 
 mod assignments;
 mod body;
 mod fleet;
 mod gates;
+mod health;
 mod ingress;
 pub mod settings;
 mod shared;
-mod status;
 
 use std::sync::Arc;
 
@@ -29,28 +29,28 @@ use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::{get, post};
 
-pub use ingress::App;
-pub use shared::Api;
-use shared::{Shared, auth, error};
+pub use ingress::ApiService;
+pub use shared::ApiState;
+use shared::{ApiRef, auth, error};
 
 use assignments::{
     assignment, assignments, bots, explain, federate_peers, presence, rebalance, stream, weights,
 };
 use fleet::fleet_routes;
 use gates::{begin_activity, end_activity, owned_gate};
+use health::{dashboard, healthz, history, prometheus_metrics, status};
 use ingress::{AnswerBody, ingress};
 use settings::MetricsAuth;
-use status::{dashboard, healthz, history, prometheus_metrics, status};
 
 /// The API; `max_body` caps request bodies.
-pub fn app(api: Api, max_body: usize) -> App {
+pub fn router(api: ApiState, max_body: usize) -> ApiService {
     let api = Arc::new(api);
     let protected = Router::new()
-        // Served by `App` in front of the router; here too so that other methods get 405.
+        // Served by `ApiService` in front of the router; here too so that other methods get 405.
         .route(
             "/v1/ingress",
             post(
-                move |State(api): State<Shared>, request: Request| async move {
+                move |State(api): State<ApiRef>, request: Request| async move {
                     ingress(&api, max_body, request)
                         .await
                         .map(AnswerBody::into_routed)
@@ -92,7 +92,7 @@ pub fn app(api: Api, max_body: usize) -> App {
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(api.clone());
-    App {
+    ApiService {
         api,
         router,
         max_body,
@@ -105,7 +105,7 @@ pub fn app(api: Api, max_body: usize) -> App {
 /// connections sending half a request each would stay open for good.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    app: App,
+    app: ApiService,
     header_timeout: std::time::Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) {

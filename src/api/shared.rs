@@ -12,14 +12,14 @@ use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 use super::settings::MetricsAuth;
-use crate::engine::control::Handle;
+use crate::engine_handle::EngineHandle;
 use crate::metrics::Metrics;
-use crate::outputs::redis::Redis;
 use crate::pallas::claim::valid_plugin;
 use crate::pallas::federate::Federate;
 use crate::pallas::gate::Gates;
 use crate::pallas::ingress::Ingress;
 use crate::presence::Presence;
+use crate::redis_conn::Redis;
 use crate::secret::Secret;
 use crate::source::http::Reporters;
 use crate::status::Status;
@@ -27,7 +27,7 @@ use crate::store::SqlStore;
 use crate::view::View;
 
 /// Everything the routes need.
-pub struct Api {
+pub struct ApiState {
     pub view: View,
     pub ingress: Ingress,
     pub gates: Gates,
@@ -36,7 +36,7 @@ pub struct Api {
     /// The federate pool, when this deployment joined one.
     pub federate: Option<Arc<Federate>>,
     /// What the API asks of the engine: a rebalance, an explanation.
-    pub engine: Handle,
+    pub engine: EngineHandle,
     pub token: Secret,
     /// What the API shows of the service's parts: reload, writer, publication, leadership.
     pub status: Status,
@@ -50,7 +50,7 @@ pub struct Api {
     pub history: SqlStore,
 }
 
-pub(super) type Shared = Arc<Api>;
+pub(super) type ApiRef = Arc<ApiState>;
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
@@ -66,7 +66,7 @@ pub(super) fn invalid_name(field: &str, value: &str) -> Option<Response> {
     })
 }
 
-pub(super) async fn auth(State(api): State<Shared>, request: Request, next: Next) -> Response {
+pub(super) async fn auth(State(api): State<ApiRef>, request: Request, next: Next) -> Response {
     // Read from the request itself: a `HeaderMap` argument would be a copy of every header,
     // made for every request.
     if !authorized(&api, request.headers()) {
@@ -76,7 +76,7 @@ pub(super) async fn auth(State(api): State<Shared>, request: Request, next: Next
 }
 
 /// Whether the request carries the API's token (any request does when there is none).
-pub(super) fn authorized(api: &Api, headers: &axum::http::HeaderMap) -> bool {
+pub(super) fn authorized(api: &ApiState, headers: &axum::http::HeaderMap) -> bool {
     if api.token.is_empty() {
         return true;
     }

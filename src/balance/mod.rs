@@ -611,7 +611,7 @@ mod tests {
         assert_eq!(loads(&plan), [96, 96, 96]);
     }
 
-    /// tests/certified.rs's smallest failure: g0, g1, g2 all start on b0, and g1 also has b1,
+    /// tests/it/certified.rs's smallest failure: g0, g1, g2 all start on b0, and g1 also has b1,
     /// b2, b3. The first plan's initial placement puts g1 on b1 and keeps it there without ever
     /// moving it. When b0 then leaves g0 and g2, only they may move: g1 was kept on b1, so
     /// taking it back to b0 would be a voluntary move (Σ load² is 1 either way).

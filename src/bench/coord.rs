@@ -26,8 +26,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use super::rate::Rate;
-use crate::outputs::redis::Redis;
 use crate::pallas::claim::Claims;
+use crate::redis_conn::Redis;
 use crate::testkit::procs::{self, TermOnDrop, free_port};
 
 const CLIENTS: usize = 16;

@@ -13,9 +13,9 @@ use indexmap::IndexMap;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::outputs::redis::Redis;
-use crate::pallas::federate::claim::{IngressClaims, PLUGIN};
+use crate::pallas::federate::ingress_claim::{IngressClaims, PLUGIN};
 use crate::pallas::federate::ring::{Local, PeerView};
+use crate::redis_conn::Redis;
 
 const PEERS: usize = 10;
 const PRESENT: usize = 10_000;

@@ -33,15 +33,16 @@ use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::outputs::redis::{Conn, Redis};
+use crate::redis_conn::{Conn, Redis};
 use crate::secret::SecretUrl;
 use crate::store::writer::WriteStatus;
-use crate::store::{Batch, Failure, Fence, SqlStore, Store as _, StoreError, WeightWrite};
+use crate::store::{
+    AssignmentRow, Batch, Failure, Fence, SqlStore, Store as _, StoreError, WeightWrite,
+};
 
-pub mod duty;
 pub mod settings;
 
-use duty::{Role, term_key};
+use crate::store::fence::{Duty, Role, term_key};
 use settings::{LeaseStore, Settings};
 
 /// A change of this instance's turn, for the engine: lead from `stored` (what the database
@@ -50,11 +51,20 @@ use settings::{LeaseStore, Settings};
 pub enum Turn {
     Lead {
         fence: Fence,
-        stored: Vec<(String, String, String)>,
+        stored: Vec<AssignmentRow>,
         /// The channel weights the last leader stored.
         weights: Vec<WeightWrite>,
     },
     Follow,
+}
+
+/// What an instance does at start: under leadership, a follower until the lease says
+/// otherwise; alone, it writes unfenced.
+pub fn duty_at_start(leadership: Option<&Settings>) -> Duty {
+    match leadership {
+        Some(_) => Duty::Follower,
+        None => Duty::Alone,
+    }
 }
 
 /// The leadership task's handle: who leads, and the stop that hands over.

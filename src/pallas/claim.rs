@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use indexmap::IndexMap;
 
-use crate::outputs::redis::Redis;
+use crate::redis_conn::Redis;
 use crate::yaml::{AtLeast, NonEmpty};
 
 const MEMORY_CAP: usize = 4000;

@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 use parking_lot::Mutex;
 
 use crate::clock::Clock;
-use crate::outputs::redis::Redis;
+use crate::redis_conn::Redis;
 
 /// Upstream's sanitiser of key parts: characters Python's `str.isalnum()` accepts, `-` and `_`
 /// stay; anything else becomes `_`.

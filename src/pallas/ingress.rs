@@ -26,10 +26,10 @@ use std::sync::Arc;
 
 use super::claim::{Claims, Via, valid_plugin};
 use super::federate::Federate;
-use super::federate::claim::{CANDIDATE_PLUGIN, Outcome, PLUGIN as FEDERATE_PLUGIN};
+use super::federate::ingress_claim::{CANDIDATE_PLUGIN, Outcome, PLUGIN as FEDERATE_PLUGIN};
 use super::signature::{Body, Signature, Time};
+use crate::traffic::Counter;
 use crate::view::{Route, View};
-use crate::weights::Counter;
 
 /// The default claim plugin: Pallas-Bot's ingress gate namespace.
 pub const DEFAULT_PLUGIN: &str = "ingress_gate";

@@ -13,5 +13,6 @@ pub mod eval;
 pub mod federate;
 pub(crate) mod gate;
 pub(crate) mod ingress;
+pub(crate) mod presence_registry;
 pub(crate) mod pystr;
 pub mod signature;

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{FleetEvent, Origin};
-use crate::watch::FileWatch;
+use crate::file_watch::FileWatch;
 use crate::yaml::FileError;
 
 /// The fleet as a file describes it.

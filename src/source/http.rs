@@ -11,7 +11,7 @@
 //!
 //! A reporter also sends how many messages each channel received since its last report
 //! (`{"type": "messages", "platform": …, "counts": {channel: n}}`, each message counted once
-//! however many of its bots saw it): they go to the channel weights (see `crate::weights`),
+//! however many of its bots saw it): they go to the channel weights (see `crate::traffic`),
 //! not to the fleet.
 
 use std::collections::{BTreeSet, HashMap};
@@ -28,7 +28,7 @@ use tracing::info;
 use super::merge::SourceId;
 use super::{FleetEvent, Origin};
 use crate::logs::{SHOWN_CHARS, cut, truncate};
-use crate::weights::Counter;
+use crate::traffic::Counter;
 use crate::yaml::{AtLeast, Seconds};
 
 /// `sources.http`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Batch, Failure, Fence, RunRecord, Store, StoreError, WeightWrite};
+use super::{AssignmentRow, Batch, Failure, Fence, RunRecord, Store, StoreError, WeightWrite};
 
 #[derive(Clone, Default)]
 pub struct MemoryStore {
@@ -50,13 +50,17 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn load_assignments(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+    async fn load_assignments(&self) -> Result<Vec<AssignmentRow>, StoreError> {
         Ok(self
             .state()
             .rows
             .iter()
             .filter(|(_, a)| !a.is_empty())
-            .map(|((p, c), a)| (p.clone(), c.clone(), a.clone()))
+            .map(|((p, c), a)| AssignmentRow {
+                platform: p.clone(),
+                channel: c.clone(),
+                bot: a.clone(),
+            })
             .collect())
     }
 

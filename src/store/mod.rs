@@ -1,15 +1,19 @@
-//! Outputs of a rebalance. The SQL store is the durable record: Koishi's `channel.assignee`
-//! and the rebalance history.
+//! The store: the durable record of the assignment (Koishi's `channel.assignee`), the
+//! rebalance history and the channel weights, written under a leader's fence.
 //!
 //! * [`sql`]: SQLite / PostgreSQL / MySQL (MariaDB);
+//! * [`fence`]: the term a leader writes under, and the duty of an instance;
 //! * [`memory`]: the same contract in memory, for tests of everything around it;
 //! * [`writer`]: the task that commits beside the engine, merging and retrying while the
 //!   database is away, so planning never waits for it.
 
+pub mod fence;
 #[cfg(test)]
 mod memory;
 pub mod sql;
 pub mod writer;
+
+pub use fence::Fence;
 
 use std::hash::BuildHasher as _;
 use std::path::{Path, PathBuf};
@@ -89,6 +93,16 @@ impl<'de> Deserialize<'de> for DatabaseUrl {
     }
 }
 
+/// One channel's assignee as stored (or as the leader published it): the previous assignment
+/// a plan starts from.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct AssignmentRow {
+    pub platform: String,
+    pub channel: String,
+    /// The bot's id (never empty: a channel without an assignee has no row here).
+    pub bot: String,
+}
+
 /// One channel row to write. Shared strings: a plan's rows share their platform and their
 /// bots' ids, and binding them to a statement copies no text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,19 +123,12 @@ pub struct WeightWrite {
     pub at_ms: i64,
 }
 
-/// A leader's fencing token: its term, and who holds it (for the record and the logs).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fence {
-    pub term: i64,
-    pub holder: String,
-}
-
 /// What a store offers the engine.
 pub trait Store: Send + Sync + 'static {
-    /// Every stored non-empty assignee: (platform, channel, bot).
+    /// Every stored non-empty assignee.
     fn load_assignments(
         &self,
-    ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<AssignmentRow>, StoreError>> + Send;
     /// Every stored channel weight, as last written (a reader decays each by the time since
     /// its `at_ms`).
     fn load_weights(&self) -> impl Future<Output = Result<Vec<WeightWrite>, StoreError>> + Send;

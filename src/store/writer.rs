@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 use super::{Batch, Failure, Fence, Pending, Store};
 use crate::backoff::{Backoff, Jitter};
 use crate::clock::Clock;
-use crate::leader::duty::Duty;
+use crate::store::fence::Duty;
 
 /// What the writer is doing, for `/healthz` and the API.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]

@@ -9,7 +9,7 @@
 //! [`Federate`] ties them together: a background task heartbeats and refreshes the roster,
 //! the ingress decision asks [`Federate::owner`] and [`Federate::claims`].
 
-pub mod claim;
+pub mod ingress_claim;
 pub(crate) mod peers;
 pub(crate) mod present;
 pub mod ring;
@@ -30,15 +30,15 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use self::claim::IngressClaims;
+use self::ingress_claim::IngressClaims;
 use self::peers::{LocalRecord, Peer};
 use self::present::PresentGroups;
 use self::ring::{AdminOwner, Local, Owner, PeerCommand, PeerView};
 use self::settings::Pool;
 use self::settings::Settings as FederateConfig;
 use crate::clock::Clock;
-use crate::outputs::redis::Redis;
 use crate::presence::Presence;
+use crate::redis_conn::Redis;
 use crate::view::{Route, View};
 
 /// Why the pool could not be read.

@@ -8,7 +8,7 @@
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 
-use crate::outputs::redis::Conn;
+use crate::redis_conn::Conn;
 
 /// The default window; upstream's is `max(heartbeat TTL, 300)`.
 pub const WINDOW_SEC: f64 = 300.0;

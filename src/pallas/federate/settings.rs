@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::outputs::redis::redis_url;
 use crate::pallas::gate::safe_key_part;
 use crate::pallas::pystr::py_strip;
+use crate::redis_conn::redis_url;
 use crate::secret::SecretUrl;
 use crate::yaml::{AtLeast, Seconds};
 

@@ -24,7 +24,7 @@ use crate::logs::Limiter;
 use crate::model::ChannelIds;
 use crate::presence::Presence;
 use crate::source::{FleetEvent, Origin};
-use crate::weights::Counter;
+use crate::traffic::Counter;
 
 pub const PLATFORM: &str = "onebot";
 const ADMIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);

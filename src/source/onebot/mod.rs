@@ -27,7 +27,7 @@ pub use settings::Settings;
 use crate::clock::Clock;
 use crate::presence::Presence;
 use crate::source::FleetEvent;
-use crate::weights::Counter;
+use crate::traffic::Counter;
 
 /// A running OneBot source.
 pub struct OneBot {

@@ -1,5 +1,5 @@
 //! `sources.onebot`: read, defaulted and validated here (a new key touches this file and
-//! docs/configuration.md, which `tests/config_reference.rs` keeps in step).
+//! docs/configuration.md, which `tests/it/config_reference.rs` keeps in step).
 
 use std::net::SocketAddr;
 

@@ -31,7 +31,9 @@ use sqlx::sqlite::{
 };
 use tracing::info;
 
-use super::{Batch, ChannelWrite, DatabaseUrl, Failure, Fence, Store, StoreError, WeightWrite};
+use super::{
+    AssignmentRow, Batch, ChannelWrite, DatabaseUrl, Failure, Fence, Store, StoreError, WeightWrite,
+};
 use crate::clock::Clock;
 
 /// PostgreSQL ends a session of ours idle inside a transaction for this long (ms).
@@ -342,8 +344,8 @@ impl SqlStore {
 }
 
 impl Store for SqlStore {
-    async fn load_assignments(&self) -> Result<Vec<(String, String, String)>, StoreError> {
-        const SQL: &str = "SELECT platform, id, assignee FROM channel \
+    async fn load_assignments(&self) -> Result<Vec<AssignmentRow>, StoreError> {
+        const SQL: &str = "SELECT platform, id AS channel, assignee AS bot FROM channel \
                            WHERE assignee IS NOT NULL AND assignee <> ''";
         on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await).map_err(store_error)
     }
@@ -906,7 +908,14 @@ mod tests {
         assert_eq!(e.kind, Failure::Fenced);
         assert_eq!(e.message, "term 3 is over: term 4 has written");
         let rows = store.load_assignments().await.unwrap();
-        assert_eq!(rows, [("onebot".into(), "1".into(), "b".into())]);
+        assert_eq!(
+            rows,
+            [AssignmentRow {
+                platform: "onebot".into(),
+                channel: "1".into(),
+                bot: "b".into()
+            }]
+        );
         store.commit(&write("c"), Some(&fence(4))).await.unwrap();
         assert_eq!(store.current_term().await.unwrap(), 4);
         store.close().await;

@@ -1,0 +1,337 @@
+//! The publisher: the task that writes the engine's changes to Redis (see [`super`] for the
+//! keys and the guarantees).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// First wait after a failed publication; doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+use super::Keys;
+use crate::backoff::{Backoff, Jitter};
+use crate::redis_conn::{Conn, Redis};
+use crate::store::fence::Duty;
+use crate::view::View;
+
+/// Above this many changes a full republish is cheaper than one huge script call.
+const MAX_INCREMENTAL: usize = 4000;
+/// Field/value pairs per HSET of a republish.
+const CHUNK: usize = 1000;
+
+/// Changes of one plan: (platform, channel, new bot or `None`).
+pub type Changes = Vec<(String, String, Option<String>)>;
+
+enum Job {
+    Changes(Changes),
+    /// A new duty: a new leader publishes everything at once; a follower nothing.
+    Duty(Duty),
+}
+
+#[derive(Clone)]
+pub struct Publisher {
+    tx: mpsc::UnboundedSender<Job>,
+    pub status: Arc<PublishStatus>,
+}
+
+/// How far the publication is: the version in Redis, and since when changes wait.
+#[derive(Default)]
+pub struct PublishStatus {
+    inner: Mutex<(i64, Option<Instant>)>,
+}
+
+impl PublishStatus {
+    /// The version last published, and how long the oldest unpublished change has waited.
+    pub fn read(&self) -> (i64, Duration) {
+        let (version, waiting) = *self.inner.lock();
+        (version, waiting.map_or(Duration::ZERO, |t| t.elapsed()))
+    }
+
+    fn queued(&self) {
+        self.inner.lock().1.get_or_insert_with(Instant::now);
+    }
+
+    fn published(&self, version: i64) {
+        *self.inner.lock() = (version, None);
+    }
+}
+
+impl Publisher {
+    /// Queues a plan's changes; never waits.
+    pub fn publish(&self, changes: Changes) {
+        self.status.queued();
+        let _ = self.tx.send(Job::Changes(changes));
+    }
+
+    /// From now on publishes as `duty` says.
+    pub fn set_duty(&self, duty: Duty) {
+        let _ = self.tx.send(Job::Duty(duty));
+    }
+
+    /// Starts the publishing task.
+    pub fn start(
+        redis: Redis,
+        view: View,
+        keys: Keys,
+        duty: Duty,
+        shutdown: CancellationToken,
+    ) -> Publisher {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let status = Arc::new(PublishStatus::default());
+        tokio::spawn(run(redis, view, keys, duty, rx, status.clone(), shutdown));
+        Publisher { tx, status }
+    }
+}
+
+/// The fence both scripts start with (KEYS[2] the term key, ARGV[3] our term, 0 = none).
+const FENCE: &str = r#"
+local term = tonumber(ARGV[3])
+if term > 0 then
+  local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if term < current then
+    return redis.error_reply('FENCED term ' .. term .. ' is over: term ' .. current .. ' leads')
+  end
+  if term > current then redis.call('SET', KEYS[2], term) end
+end
+"#;
+
+const INCREMENTAL: &str = r#"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[2])
+if v < floor then v = floor end
+v = v + 1
+redis.call('SET', KEYS[1], v)
+for i = 3, #KEYS do
+  local changes = cjson.decode(ARGV[i + 1])
+  for channel, bot in pairs(changes) do
+    if bot == cjson.null then
+      redis.call('HDEL', KEYS[i], channel)
+    else
+      redis.call('HSET', KEYS[i], channel, bot)
+    end
+  end
+end
+redis.call('PUBLISH', ARGV[1], '{"version":' .. v .. ',"changes":{' .. ARGV[#ARGV] .. '}}')
+return v
+"#;
+
+const SWAP: &str = r#"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[2])
+if v < floor then v = floor end
+v = v + 1
+redis.call('SET', KEYS[1], v)
+for i = 3, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i + 1]) == 1 then
+    redis.call('RENAME', KEYS[i + 1], KEYS[i])
+    redis.call('PERSIST', KEYS[i])
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+redis.call('PUBLISH', ARGV[1], '{"version":' .. v .. ',"resync":true}')
+return v
+"#;
+
+async fn run(
+    redis: Redis,
+    view: View,
+    keys: Keys,
+    mut duty: Duty,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    status: Arc<PublishStatus>,
+    shutdown: CancellationToken,
+) {
+    let incremental_script = redis::Script::new(&format!("{FENCE}{INCREMENTAL}"));
+    let swap_script = redis::Script::new(&format!("{FENCE}{SWAP}"));
+    let mut dirty = true;
+    let mut back = false;
+    let mut version: i64 = 0;
+    let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
+    let mut merged: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
+    let mut check = tokio::time::interval(Duration::from_secs(2));
+    let mut reachable = redis.reachable();
+    loop {
+        let mut take = |job: Job, merged: &mut BTreeMap<(String, String), Option<String>>| {
+            match job {
+                Job::Changes(changes) => merge(merged, changes),
+                Job::Duty(new) => {
+                    duty = new;
+                    // A new leader publishes everything: its view is the truth now.
+                    dirty = true;
+                    merged.clear();
+                    version = 0;
+                }
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            job = rx.recv() => match job {
+                Some(job) => take(job, &mut merged),
+                None => return,
+            },
+            // Back after an outage: Redis may have lost the hashes; publish everything.
+            Ok(()) = reachable.changed() => back = true,
+            _ = check.tick() => {}
+        }
+        while let Ok(job) = rx.try_recv() {
+            take(job, &mut merged);
+        }
+        dirty |= std::mem::take(&mut back);
+        let Some(term) = duty.writing_term() else {
+            merged.clear();
+            status.published(version);
+            continue;
+        };
+        let Some(mut conn) = redis.conn().await else {
+            dirty = true;
+            merged.clear();
+            continue;
+        };
+        if !dirty {
+            // Redis restarted empty, or someone else wrote: our version is the truth.
+            let stored: redis::RedisResult<Option<i64>> = redis::cmd("GET")
+                .arg(keys.version())
+                .query_async(&mut conn)
+                .await;
+            match stored {
+                Ok(v) if v == Some(version) => {}
+                Ok(_) => {
+                    warn!(
+                        "redis: {} is not what was published last; republishing everything",
+                        keys.version()
+                    );
+                    dirty = true;
+                }
+                Err(_) => dirty = true,
+            }
+        }
+        let result = if dirty || merged.len() > MAX_INCREMENTAL {
+            republish(&mut conn, &swap_script, &view, &keys, version, term).await
+        } else if !merged.is_empty() {
+            incremental(
+                &mut conn,
+                &incremental_script,
+                &keys,
+                &merged,
+                version,
+                term,
+            )
+            .await
+        } else {
+            continue;
+        };
+        match result {
+            Ok(v) => {
+                if retry.succeed() > 0 {
+                    info!("redis: available again; assignment republished as version {v}");
+                }
+                version = v;
+                if rx.is_empty() {
+                    status.published(v);
+                }
+                dirty = false;
+                merged.clear();
+            }
+            Err(e) if e.code() == Some("FENCED") => {
+                warn!("redis: publication refused ({e}); another instance leads");
+                duty = Duty::Follower;
+                merged.clear();
+            }
+            Err(e) => {
+                if retry.failures() == 0 {
+                    warn!(
+                        "redis: publishing the assignment failed ({e}); retrying in the background"
+                    );
+                }
+                dirty = true;
+                merged.clear();
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(retry.fail()) => {}
+                }
+            }
+        }
+    }
+}
+
+fn merge(merged: &mut BTreeMap<(String, String), Option<String>>, changes: Changes) {
+    for (platform, channel, bot) in changes {
+        merged.insert((platform, channel), bot);
+    }
+}
+
+async fn incremental(
+    conn: &mut Conn,
+    script: &redis::Script,
+    keys: &Keys,
+    merged: &BTreeMap<(String, String), Option<String>>,
+    floor: i64,
+    term: i64,
+) -> redis::RedisResult<i64> {
+    let mut by_platform: BTreeMap<&str, serde_json::Map<String, serde_json::Value>> =
+        BTreeMap::new();
+    for ((platform, channel), bot) in merged {
+        by_platform.entry(platform).or_default().insert(
+            channel.clone(),
+            bot.clone()
+                .map_or(serde_json::Value::Null, serde_json::Value::String),
+        );
+    }
+    let mut call = script.prepare_invoke();
+    call.key(keys.version())
+        .key(keys.term())
+        .arg(keys.channel())
+        .arg(floor)
+        .arg(term);
+    let mut message = Vec::new();
+    for (platform, changes) in &by_platform {
+        call.key(keys.assignment(platform));
+        let json = serde_json::Value::Object(changes.clone()).to_string();
+        call.arg(&json);
+        message.push(format!(
+            "{}:{json}",
+            serde_json::Value::String((*platform).to_owned())
+        ));
+    }
+    call.arg(message.join(","));
+    call.invoke_async(conn).await
+}
+
+async fn republish(
+    conn: &mut Conn,
+    script: &redis::Script,
+    view: &View,
+    keys: &Keys,
+    floor: i64,
+    term: i64,
+) -> redis::RedisResult<i64> {
+    let mut swap = script.prepare_invoke();
+    swap.key(keys.version())
+        .key(keys.term())
+        .arg(keys.channel())
+        .arg(floor)
+        .arg(term);
+    for platform in view.platforms() {
+        let live = keys.assignment(&platform);
+        // Per term: a stale leader filling its own temporary hash cannot mix into ours (its
+        // swap is fenced, and the leftover expires).
+        let temp = format!("{live}:republish:{term}");
+        let mut pipe = redis::pipe();
+        pipe.del(&temp).ignore();
+        for chunk in view.assignment(&platform).chunks(CHUNK) {
+            pipe.hset_multiple(&temp, chunk).ignore();
+        }
+        pipe.pexpire(&temp, 60_000).ignore();
+        pipe.query_async::<()>(conn).await?;
+        swap.key(live).key(temp);
+    }
+    swap.invoke_async(conn).await
+}

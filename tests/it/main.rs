@@ -1,0 +1,43 @@
+//! Every integration test, in one binary (one link of the crate instead of one per file).
+//!
+//! Each module is one subject; [`support`] is what they share: temporary directories, the
+//! service in process or as the real binary, real PostgreSQL, MariaDB and Redis servers (Redis
+//! Cluster and Sentinel in `crate::support::topologies`, a throwaway CA in `crate::support::ca`), and the
+//! property tests' fleets (`crate::support::fleets`).
+//!
+//! * The planner: `balance_props`, `certified`, `weighted_props` (property tests against
+//!   independent oracles), `plan_cli`.
+//! * The service: `service`, `reporters`, `onebot`, `no_silent_group`, `weights`, `hostile`,
+//!   `http`, `operators`, `grafana`.
+//! * Its stores and Redis: `store_layout`, `store_weights`, `tls_sql`, `redis_api`,
+//!   `redis_tls`, `redis_consumer`.
+//! * Several instances and Pallas-Bot: `several`, `federate`, `pallas_vectors`.
+//! * The code and the docs: `architecture`, `config_reference`, `docs`.
+
+mod support;
+
+mod architecture;
+mod balance_props;
+mod certified;
+mod config_reference;
+mod docs;
+mod federate;
+mod grafana;
+mod hostile;
+mod http;
+mod no_silent_group;
+mod onebot;
+mod operators;
+mod pallas_vectors;
+mod plan_cli;
+mod redis_api;
+mod redis_consumer;
+mod redis_tls;
+mod reporters;
+mod service;
+mod several;
+mod store_layout;
+mod store_weights;
+mod tls_sql;
+mod weighted_props;
+mod weights;

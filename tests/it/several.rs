@@ -1,0 +1,809 @@
+//! Several instances, one leader, under injected faults: real service processes on one real
+//! PostgreSQL and one real Redis, with a lease of 2 s. Each scenario counts what the issue
+//! names: rows lost, stale writes accepted, channels left on an offline bot, messages
+//! handled twice or by nobody, and takeover times.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::redis::{RedisCluster, RedisSentinel};
+use crate::support::{
+    Db, FLEET, Postgres, RedisServer, Service, Sims, TempDir, eventually, fleet_with_offline,
+    free_port,
+};
+use serde_json::{Value, json};
+
+const TTL: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(40);
+const CHANNELS: usize = 12;
+
+struct Instance {
+    port: u16,
+    config: PathBuf,
+    service: Option<Service>,
+}
+
+struct Cluster {
+    dir: TempDir,
+    pg: Postgres,
+    db: Db,
+    instances: Vec<Instance>,
+}
+
+/// A `redis:` section naming one server.
+fn url_only(url: &str) -> String {
+    format!("{{url: \"{url}\"}}")
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_millis(400)))
+            .build(),
+    )
+}
+
+/// GET as JSON; `None` when the instance does not answer (killed, stopped).
+fn try_get(url: &str) -> Option<Value> {
+    let mut resp = agent().get(url).call().ok()?;
+    serde_json::from_str(&resp.body_mut().read_to_string().ok()?).ok()
+}
+
+impl Cluster {
+    /// `n` instances; instance `i` reaches Redis at `redis_url(i)`.
+    fn start(name: &str, n: usize, redis_url: impl Fn(usize) -> String) -> Cluster {
+        Cluster::start_with(
+            name,
+            n,
+            |i| url_only(&redis_url(i)),
+            "redis",
+            "sources: {file: fleet.yaml}",
+        )
+    }
+
+    /// With the lease in `lease` (`redis` or `postgres`), the fleet from `sources`, and
+    /// instance `i`'s `redis:` section `redis(i)` (YAML).
+    fn start_with(
+        name: &str,
+        n: usize,
+        redis: impl Fn(usize) -> String,
+        lease: &str,
+        sources: &str,
+    ) -> Cluster {
+        let dir = TempDir::new(name);
+        dir.write("fleet.yaml", FLEET);
+        let pg = Postgres::start();
+        let db = Db::Postgres(pg.url());
+        let mut cluster = Cluster {
+            instances: Vec::new(),
+            dir,
+            db,
+            pg,
+        };
+        for i in 0..n {
+            let name = ["a", "b", "c"][i].to_owned();
+            let port = free_port();
+            let config = cluster.dir.write(
+                &format!("{name}.yaml"),
+                &format!(
+                    "balanceInterval: 600
+triggerDelays: {{startup: 0, botStatus: 0, botOnline: 0, botOffline: 0, channelJoined: 0, channelLeft: 0}}
+database: {{url: \"{}\"}}
+redis: {}
+{sources}
+api: {{bind: \"127.0.0.1:{port}\"}}
+leadership: {{instance: {name}, leaseTtl: {}, lease: {lease}}}
+",
+                    cluster.pg.url(),
+                    redis(i),
+                    TTL.as_secs()
+                ),
+            );
+            cluster.instances.push(Instance {
+                port,
+                config,
+                service: None,
+            });
+            cluster.launch(i);
+        }
+        cluster
+    }
+
+    fn launch(&mut self, i: usize) {
+        let service = Service::start(&self.instances[i].config);
+        self.instances[i].service = Some(service);
+        let url = self.url(i, "/healthz");
+        eventually("the instance answers", WAIT, || try_get(&url).is_some());
+    }
+
+    fn url(&self, i: usize, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.instances[i].port)
+    }
+
+    /// (role, term) as the instance reports it.
+    fn role(&self, i: usize) -> Option<(String, i64)> {
+        self.instances[i].service.as_ref()?;
+        let health = try_get(&self.url(i, "/healthz"))?;
+        let l = &health["leadership"];
+        Some((
+            l["role"].as_str()?.to_owned(),
+            l["term"].as_i64().unwrap_or(0),
+        ))
+    }
+
+    /// The instances that say they lead, with their terms.
+    fn leaders(&self) -> Vec<(usize, i64)> {
+        (0..self.instances.len())
+            .filter_map(|i| match self.role(i) {
+                Some((role, term)) if role == "leader" => Some((i, term)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Waits for exactly one leader with a term above `above`.
+    fn wait_leader(&self, above: i64) -> (usize, i64) {
+        let mut found = None;
+        eventually(&format!("one leader above term {above}"), WAIT, || {
+            let leaders = self.leaders();
+            found = match leaders[..] {
+                [(i, term)] if term > above => Some((i, term)),
+                _ => None,
+            };
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let pid = self.instances[i]
+            .service
+            .as_ref()
+            .unwrap()
+            .pid()
+            .to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.signal(i, "KILL");
+        self.kill_reaped(i);
+    }
+
+    /// Forgets a killed instance once it has exited.
+    fn kill_reaped(&mut self, i: usize) {
+        let mut service = self.instances[i].service.take().unwrap();
+        service.wait(WAIT);
+    }
+
+    /// A clean stop (SIGTERM), waited for.
+    fn stop(&mut self, i: usize) {
+        self.signal(i, "TERM");
+        let mut service = self.instances[i].service.take().unwrap();
+        assert!(service.wait(WAIT).success());
+    }
+
+    fn rows(&self) -> BTreeMap<String, String> {
+        self.db.channels("onebot")
+    }
+
+    /// (id, term, causes, moved) of every rebalance record, oldest first.
+    fn history(&self) -> Vec<(i64, i64, String, i64)> {
+        let url = self.pg.url();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                sqlx::query_as(
+                    "SELECT id, term, causes, moved_forced + moved_voluntary \
+                     FROM auto_assign_rebalance ORDER BY id",
+                )
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+            })
+    }
+
+    /// The assignment instance `i` serves.
+    fn served(&self, i: usize) -> Option<BTreeMap<String, String>> {
+        let body = try_get(&self.url(i, "/v1/assignments"))?;
+        serde_json::from_value(body["onebot"].clone()).ok()
+    }
+
+    fn set_fleet(&self, fleet: &str) {
+        self.dir.write("fleet.yaml", fleet);
+    }
+
+    /// Every row present and on an online bot, and every running instance serving exactly
+    /// the rows.
+    fn wait_settled(&self, offline: &[&str]) {
+        eventually(
+            "rows on online bots, served alike by every instance",
+            WAIT,
+            || {
+                let rows = self.rows();
+                rows.len() == CHANNELS
+                    && rows
+                        .values()
+                        .all(|b| !b.is_empty() && !offline.contains(&b.as_str()))
+                    && (0..self.instances.len())
+                        .filter(|&i| self.instances[i].service.is_some())
+                        .all(|i| self.served(i).as_ref() == Some(&rows))
+            },
+        );
+    }
+
+    /// The takeover record of `term`: how many channels its first plan moved.
+    fn takeover_moves(&self, term: i64) -> i64 {
+        let mut moved = None;
+        eventually(&format!("the takeover run of term {term}"), WAIT, || {
+            moved = self
+                .history()
+                .into_iter()
+                .find(|(_, t, causes, _)| *t == term && causes.contains("takeover"))
+                .map(|(_, _, _, moved)| moved);
+            moved.is_some()
+        });
+        moved.unwrap()
+    }
+}
+
+/// A TCP proxy in front of Redis that can cut its clients off (and refuse new ones).
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (c, s) = (cut.clone(), streams.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                if c.load(Ordering::SeqCst) {
+                    continue; // dropped: refused
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let mut list = s.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, cut, streams }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for stream in self.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+/// SIGKILL of the leader, three times (once right after a fleet change reached it, i.e. in
+/// the middle of its rebalance): a follower leads within the lease, nothing is lost, and a
+/// takeover with an unchanged fleet moves nothing.
+#[test]
+fn killed_leaders_are_replaced_within_the_lease() {
+    let redis = RedisServer::start();
+    let mut cluster = Cluster::start("ha-kill", 3, |_| redis.url());
+    let (_, mut term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    let mut takeovers = Vec::new();
+    for round in 0..3 {
+        let (leader, _) = cluster.wait_leader(term - 1);
+        let mid_rebalance = round == 1;
+        if mid_rebalance {
+            cluster.set_fleet(&fleet_with_offline(1003));
+            let service = cluster.instances[leader].service.as_ref().unwrap();
+            service.expect_log("bot onebot:1003 offline");
+        }
+        cluster.kill(leader);
+        let killed = Instant::now();
+        let (next, next_term) = cluster.wait_leader(term);
+        let took = killed.elapsed();
+        takeovers.push(took);
+        assert_ne!(next, leader);
+        // The lease's TTL, plus this test's own polling of /healthz.
+        assert!(
+            took < TTL + Duration::from_millis(300),
+            "takeover took {took:?}"
+        );
+        let moved = cluster.takeover_moves(next_term);
+        if !mid_rebalance {
+            assert_eq!(moved, 0, "a takeover with an unchanged fleet moves nothing");
+        }
+        let offline: &[&str] = if round >= 1 { &["1003"] } else { &[] };
+        cluster.wait_settled(offline);
+        cluster.launch(leader);
+        term = next_term;
+    }
+    let rows = cluster.rows();
+    assert_eq!(rows.len(), CHANNELS, "rows lost: {}", CHANNELS - rows.len());
+    // A clean stop hands the lease over at once, well before it would run out.
+    let (leader, _) = cluster.wait_leader(term - 1);
+    let stopped = Instant::now();
+    cluster.stop(leader);
+    let (_, handed) = cluster.wait_leader(term);
+    let handover = stopped.elapsed();
+    assert!(
+        handover < TTL / 2,
+        "a clean stop took {handover:?} to hand over"
+    );
+    assert_eq!(cluster.takeover_moves(handed), 0);
+    println!(
+        "SIGKILL of the leader ×3 (lease {TTL:?}): takeovers {takeovers:?}; clean stop: \
+         {handover:?}; rows lost 0; channels on the offline bot 0"
+    );
+}
+
+/// SIGSTOP of the leader while its commit is in flight (a table lock holds it), past its
+/// lease; a follower takes over and plans; SIGCONT: the old leader's transaction was ended by
+/// the server, its retry is fenced or dropped, and nothing of its term lands after the new
+/// term's first write.
+#[test]
+fn a_paused_leader_writes_nothing_after_its_lease() {
+    let redis = RedisServer::start();
+    let cluster = Cluster::start("ha-stop", 2, |_| redis.url());
+    let (old, old_term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = cluster.pg.url();
+    let mut lock = runtime.block_on(async {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+        sqlx::query("LOCK TABLE channel IN SHARE MODE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn
+    });
+    cluster.set_fleet(&fleet_with_offline(1003));
+    eventually("the old leader's commit in flight", WAIT, || {
+        try_get(&cluster.url(old, "/healthz"))
+            .is_some_and(|h| h["store"]["pending_rows"].as_u64().unwrap_or(0) > 0)
+    });
+    cluster.signal(old, "STOP");
+    runtime.block_on(async {
+        sqlx::query("ROLLBACK").execute(&mut lock).await.unwrap();
+    });
+    let stopped = Instant::now();
+    let (new, new_term) = cluster.wait_leader(old_term);
+    assert_ne!(new, old);
+    let takeover = stopped.elapsed();
+    eventually("the new leader's plan committed", WAIT, || {
+        let rows = cluster.rows();
+        rows.len() == CHANNELS && rows.values().all(|b| b != "1003")
+    });
+    cluster.signal(old, "CONT");
+    eventually("the old leader follows", WAIT, || {
+        cluster
+            .role(old)
+            .is_some_and(|(role, _)| role == "follower")
+    });
+    cluster.wait_settled(&["1003"]);
+    let history = cluster.history();
+    let first_new = history
+        .iter()
+        .find(|(_, t, _, _)| *t == new_term)
+        .map(|(id, ..)| *id)
+        .unwrap();
+    let stale = history
+        .iter()
+        .filter(|(id, t, _, _)| *id > first_new && *t < new_term)
+        .count();
+    assert_eq!(stale, 0, "stale writes accepted: {history:?}");
+    let metrics = agent()
+        .get(&cluster.url(old, "/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let fenced = metrics
+        .lines()
+        .find(|l| l.starts_with("auto_assign_store_commit_failures_total{failure=\"fenced\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or("0")
+        .to_owned();
+    println!(
+        "SIGSTOP of the leader mid-commit past its lease: a new leader {takeover:?} after the \
+         stop (its first write waits until the server ends the old transaction); stale writes \
+         accepted 0; old leader's fenced commits {fenced}"
+    );
+}
+
+/// PostgreSQL restarted (the leader keeps leading, writes land after), Redis restarted empty
+/// (a new term above every earlier one, nothing moves), and a follower cut from Redis (it
+/// neither leads nor disturbs; back, it serves the leader's assignment again).
+#[test]
+fn database_and_redis_restarts_and_a_follower_cut_from_redis() {
+    let mut redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port);
+    let proxied = format!("redis://127.0.0.1:{}", proxy.port);
+    let direct = redis.url();
+    let mut cluster = Cluster::start("ha-faults", 2, |i| {
+        if i == 1 {
+            proxied.clone()
+        } else {
+            direct.clone()
+        }
+    });
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+
+    cluster.pg.stop();
+    cluster.set_fleet(&fleet_with_offline(1003));
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.pg.restart();
+    cluster.wait_settled(&["1003"]);
+    assert_eq!(cluster.leaders(), [(leader, term)], "PostgreSQL restart");
+    let pg_term = term;
+
+    redis.restart();
+    let (_, redis_term) = cluster.wait_leader(term);
+    assert_eq!(cluster.takeover_moves(redis_term), 0);
+    cluster.wait_settled(&["1003"]);
+
+    let (mut leader, mut term) = cluster.wait_leader(0);
+    if leader == 1 {
+        // The follower to cut must be the proxied one: a clean stop hands over at once.
+        cluster.stop(1);
+        (leader, term) = cluster.wait_leader(term);
+        cluster.launch(1);
+    }
+    assert_eq!(leader, 0);
+    proxy.cut();
+    std::thread::sleep(TTL * 2);
+    assert_eq!(cluster.leaders(), [(0, term)], "a follower cut from Redis");
+    cluster.set_fleet(FLEET);
+    eventually("the leader plans without the follower", WAIT, || {
+        cluster.rows().values().any(|b| b == "1003")
+    });
+    proxy.restore();
+    cluster.wait_settled(&[]);
+    println!(
+        "PostgreSQL restarted: leader kept term {pg_term}; Redis emptied: new term \
+         {redis_term} > {pg_term}, moved 0; a follower cut from Redis: one leader throughout; \
+         rows lost 0"
+    );
+}
+
+/// Three instances while bots go offline and online and the leader is killed twice: at the
+/// end every instance serves the same assignment, no channel is on an offline bot, and every
+/// message, asked of a random instance by each bot in its group, is handled exactly once.
+#[test]
+fn three_instances_with_flapping_bots_answer_each_message_once() {
+    let redis = RedisServer::start();
+    let mut cluster = Cluster::start("ha-flap", 3, |_| redis.url());
+    let (_, mut term) = cluster.wait_leader(0);
+    let bots = ["1001", "1002", "1003"];
+    for round in 0..9 {
+        let bot: u64 = bots[round % 3].parse().unwrap();
+        let fleet = if round % 2 == 0 {
+            fleet_with_offline(bot)
+        } else {
+            FLEET.to_owned()
+        };
+        cluster.set_fleet(&fleet);
+        std::thread::sleep(Duration::from_millis(1300));
+        if round % 4 == 3 {
+            let (leader, _) = cluster.wait_leader(term - 1);
+            cluster.kill(leader);
+            let (_, next) = cluster.wait_leader(term);
+            term = next;
+            cluster.launch(leader);
+        }
+    }
+    cluster.set_fleet(FLEET);
+    cluster.wait_settled(&[]);
+    let members: BTreeMap<u64, Vec<u64>> = (100001..=100012)
+        .map(|g| {
+            let bots = match g {
+                100001..=100004 => vec![1001, 1002],
+                100005..=100008 => vec![1001, 1002, 1003],
+                _ => vec![1001, 1003],
+            };
+            (g, bots)
+        })
+        .collect();
+    let (mut once, mut twice, mut nobody) = (0, 0, 0);
+    for n in 0..240u64 {
+        let group = 100001 + n % 12;
+        let mut handlers = 0;
+        for (k, bot) in members[&group].iter().enumerate() {
+            let instance = ((n + k as u64) % 3) as usize;
+            let body = json!({"platform": "onebot", "self_id": bot.to_string(),
+                "group_id": group.to_string(), "user_id": 42, "text": format!("/help {n}"),
+                "time": 1786000000, "lane": "command"});
+            let mut resp = agent()
+                .post(&cluster.url(instance, "/v1/ingress"))
+                .send_json(&body)
+                .unwrap();
+            let answer: Value =
+                serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+            handlers += usize::from(answer["handle"] == json!(true));
+        }
+        match handlers {
+            0 => nobody += 1,
+            1 => once += 1,
+            _ => twice += 1,
+        }
+    }
+    assert_eq!((twice, nobody), (0, 0), "handled once: {once}");
+    println!(
+        "3 instances, 9 fleet changes, 2 leader kills: 240 messages asked of mixed instances: \
+         handled once {once}, twice {twice}, by nobody {nobody}; final term {term}"
+    );
+}
+
+/// `lease: postgres`: the advisory lock elects one leader; a killed leader's session ends at
+/// once and a follower takes over with a higher term, a paused one's after the lease
+/// (`idle_session_timeout`), and nothing moves.
+#[test]
+fn the_postgres_lease_elects_and_hands_over() {
+    let redis = RedisServer::start();
+    let mut cluster = Cluster::start_with(
+        "ha-pg",
+        2,
+        |_| url_only(&redis.url()),
+        "postgres",
+        "sources: {file: fleet.yaml}",
+    );
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    // Measured from the kill: the server sees the session end at once.
+    cluster.signal(leader, "KILL");
+    let killed = Instant::now();
+    let (next, next_term) = cluster.wait_leader(term);
+    let after_kill = killed.elapsed();
+    cluster.kill_reaped(leader);
+    assert_ne!(next, leader);
+    assert!(
+        after_kill < TTL + Duration::from_millis(300),
+        "{after_kill:?}"
+    );
+    assert_eq!(cluster.takeover_moves(next_term), 0);
+    cluster.launch(leader);
+    cluster.signal(next, "STOP");
+    let stopped = Instant::now();
+    let (_, paused_term) = cluster.wait_leader(next_term);
+    let after_pause = stopped.elapsed();
+    assert!(after_pause < TTL * 2, "{after_pause:?}");
+    cluster.signal(next, "CONT");
+    eventually("the paused leader follows", WAIT, || {
+        cluster
+            .role(next)
+            .is_some_and(|(role, _)| role == "follower")
+    });
+    assert_eq!(cluster.takeover_moves(paused_term), 0);
+    cluster.wait_settled(&[]);
+    println!(
+        "lease: postgres: SIGKILL → new leader in {after_kill:?} (term {term} → {next_term}); \
+         SIGSTOP → new leader in {after_pause:?} (term {paused_term}); moved 0"
+    );
+}
+
+/// Warm followers: every instance holds its own connection to every OneBot bot (they accept
+/// several clients), so the follower that takes over knows the fleet already: its takeover
+/// moves nothing, and a bot that goes offline afterwards is noticed and planned for at once.
+#[test]
+fn followers_run_the_same_onebot_sources() {
+    let sims = Sims::forward(&[
+        (1001, 100001..=100012),
+        (1002, 100001..=100008),
+        (1003, 100005..=100012),
+    ]);
+    let redis = RedisServer::start();
+    let sources = format!(
+        "sources:\n  onebot:\n    actionTimeout: 2\n    offlineGrace: 1\n    startupWait: 5\n    \
+         connections:\n{}",
+        sims.connections("")
+    );
+    let mut cluster = Cluster::start_with(
+        "ha-onebot",
+        2,
+        |_| url_only(&redis.url()),
+        "redis",
+        &sources,
+    );
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    for bot in &sims.bots {
+        assert_eq!(bot.connections(), 2, "one connection per instance");
+    }
+    cluster.kill(leader);
+    let (_, next_term) = cluster.wait_leader(term);
+    assert_eq!(cluster.takeover_moves(next_term), 0);
+    sims.bot(1003).set_online(false);
+    cluster.wait_settled(&["1003"]);
+    println!("OneBot sources on 2 instances: takeover moved 0; bot 1003 offline → replanned");
+}
+
+/// `redis-cli HGETALL` output (field and value on alternate lines) as a map.
+fn hash_of(cli_output: &str) -> BTreeMap<String, String> {
+    let lines: Vec<&str> = cli_output.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|pair| pair.len() == 2)
+        .map(|pair| (pair[0].to_owned(), pair[1].to_owned()))
+        .collect()
+}
+
+/// Writes of a term older than the newest, after the newest term's first write (must be 0).
+fn stale_writes(history: &[(i64, i64, String, i64)]) -> usize {
+    let newest = history.iter().map(|(_, t, ..)| *t).max().unwrap_or(0);
+    let Some(first_new) = history.iter().find(|(_, t, ..)| *t == newest) else {
+        return 0;
+    };
+    history
+        .iter()
+        .filter(|(id, t, ..)| *id > first_new.0 && *t < newest)
+        .count()
+}
+
+/// Two instances on a real Redis Cluster of three masters, one replica each: the lease, its
+/// term, the hashes and the version share the slot of `{auto-assign}` (the only way their
+/// scripts can run on a cluster), followers follow the change messages through another node,
+/// and the master of that slot killed mid-run fails over to its replica: the next plan is
+/// published, nothing stale lands, and the plain key names stay unused.
+#[test]
+fn on_a_redis_cluster_a_killed_master_fails_over_without_a_stale_write() {
+    let mut redis = RedisCluster::start();
+    let section = redis.redis_section();
+    let cluster = Cluster::start_with(
+        "ha-redis-cluster",
+        2,
+        |_| section.clone(),
+        "redis",
+        "sources: {file: fleet.yaml}",
+    );
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+
+    let keys = [
+        "{auto-assign}:version",
+        "{auto-assign}:assignment:onebot",
+        "{auto-assign}:leader",
+        "{auto-assign}:leader:term",
+    ];
+    let slots: Vec<String> = keys
+        .iter()
+        .map(|k| redis.cli(&["CLUSTER", "KEYSLOT", k]))
+        .collect();
+    assert!(slots.iter().all(|s| *s == slots[0]), "{slots:?}");
+    let version: i64 = redis.cli(&["GET", keys[0]]).parse().unwrap();
+    assert!(version > 0);
+    assert_eq!(hash_of(&redis.cli(&["HGETALL", keys[1]])), cluster.rows());
+    let lease = redis.cli(&["GET", keys[2]]);
+    assert!(
+        lease.starts_with(&format!("{term} ")) && lease.ends_with(["a", "b"][leader]),
+        "lease {lease:?}, leader {leader} of term {term}"
+    );
+    assert_eq!(redis.cli(&["GET", keys[3]]), term.to_string());
+    assert_eq!(redis.cli(&["EXISTS", "auto-assign:version"]), "0");
+
+    let master = redis.master_of(keys[0]).unwrap();
+    redis.nodes[master].kill();
+    let killed = Instant::now();
+    cluster.set_fleet(&fleet_with_offline(1003));
+    eventually("the replica takes over the slot", WAIT, || {
+        redis.master_of(keys[0]).is_some_and(|m| m != master)
+    });
+    let failed_over = killed.elapsed();
+    redis.wait_ok();
+    cluster.wait_settled(&["1003"]);
+    let settled = killed.elapsed();
+    // The instances serve the new plan before its publication lands on the promoted master
+    // (the publisher retries on its own schedule): wait for the publication itself.
+    let mut after = version;
+    eventually("the new plan published after the failover", WAIT, || {
+        after = redis.cli(&["GET", keys[0]]).parse().unwrap_or(version);
+        after > version && hash_of(&redis.cli(&["HGETALL", keys[1]])) == cluster.rows()
+    });
+    eventually("one leader", WAIT, || cluster.leaders().len() == 1);
+    let history = cluster.history();
+    assert_eq!(stale_writes(&history), 0, "stale writes: {history:?}");
+    println!(
+        "Redis Cluster: master of the publication's slot killed, its replica took over after \
+         {failed_over:?}; replanned, published (version {version} → {after}) and followed by \
+         every instance {settled:?} after the kill; stale writes 0"
+    );
+}
+
+/// Two instances behind Sentinel (a master, its replica, three sentinels). The master killed:
+/// the sentinels promote the replica and the service follows it. Replication is
+/// asynchronous, so the lease may be lost in the failover; the test loses it outright (the
+/// lease and its term deleted on the new master) and shows that the SQL term fence still
+/// refuses every write of the old leader: 0 stale rows, one leader, the plan published on the
+/// new master.
+#[test]
+fn behind_sentinel_the_service_follows_the_new_master_and_the_fence_holds() {
+    let mut redis = RedisSentinel::start();
+    let section = redis.redis_section();
+    let cluster = Cluster::start_with(
+        "ha-sentinel",
+        2,
+        |_| section.clone(),
+        "redis",
+        "sources: {file: fleet.yaml}",
+    );
+    cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    let version: i64 = redis
+        .master
+        .cli(&["GET", "auto-assign:version"])
+        .parse()
+        .unwrap();
+    assert!(version > 0);
+
+    redis.master.kill();
+    let killed = Instant::now();
+    eventually("the sentinels promote the replica", WAIT, || {
+        redis.master_port() == redis.replica.port
+    });
+    let promoted = killed.elapsed();
+    // What asynchronous replication may lose: the lease and its term.
+    redis
+        .replica
+        .cli(&["DEL", "auto-assign:leader", "auto-assign:leader:term"]);
+    cluster.set_fleet(&fleet_with_offline(1003));
+    cluster.wait_settled(&["1003"]);
+    let settled = killed.elapsed();
+    eventually("the new plan published on the new master", WAIT, || {
+        let on_new_master: BTreeMap<String, String> = hash_of(
+            &redis
+                .replica
+                .cli(&["HGETALL", "auto-assign:assignment:onebot"]),
+        );
+        on_new_master == cluster.rows()
+    });
+    eventually("one leader", WAIT, || cluster.leaders().len() == 1);
+    let history = cluster.history();
+    assert_eq!(stale_writes(&history), 0, "stale writes: {history:?}");
+    println!(
+        "Sentinel: master killed, replica promoted after {promoted:?}, lease lost; replanned \
+         and published on the new master, followed by every instance, {settled:?} after the \
+         kill; stale writes 0"
+    );
+}

@@ -1,0 +1,1 @@
+//! The property tests' fleets (placeholder, filled below).
