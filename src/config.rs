@@ -186,6 +186,51 @@ impl RestartOnly {
 }
 
 impl Config {
+    /// Loads `path` and checks everything `serve` reads at start besides it, connecting to
+    /// nothing and writing nothing (`auto-assign check`): the fleet file, the TLS files of
+    /// Redis and of the database URL. Every problem found, each naming its file.
+    pub fn check(path: &Path) -> Result<Config, Vec<FileError>> {
+        let config = Config::load(path).map_err(|e| vec![e])?;
+        let mut errors = Vec::new();
+        if let Some(fleet) = &config.sources.file
+            && let Err(e) = source::file::Fleet::load(fleet)
+        {
+            errors.push(e);
+        }
+        if let Some(redis) = &config.redis
+            && let Err(e) = crate::redis_conn::Redis::check(redis)
+        {
+            errors.push(FileError::new(path, format!("redis: {e}")));
+        }
+        if let Some(tls) = &config.api.tls
+            && let Err(e) = crate::api::Tls::load(tls)
+        {
+            errors.push(FileError::new(path, e.to_string()));
+        }
+        for file in config.database.url.files() {
+            if let Err(e) = std::fs::read(&file) {
+                errors.push(FileError::new(
+                    path,
+                    format!("database.url names {} ({e})", file.display()),
+                ));
+            }
+        }
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The kind of database `database.url` names, for people.
+    pub fn database_name(&self) -> &'static str {
+        match self.database.url {
+            store::DatabaseUrl::Sqlite(_) => "SQLite",
+            store::DatabaseUrl::Postgres(_) => "PostgreSQL",
+            store::DatabaseUrl::Mysql(_) => "MySQL/MariaDB",
+        }
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, FileError> {
         let bytes =
@@ -198,8 +243,18 @@ impl Config {
         Self::parse_bytes(path, text.as_bytes())
     }
 
+    /// Validates config bytes as if read from `path`, `${NAME}` taken from the environment.
     pub fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<Config, FileError> {
-        let raw: Raw = yaml::from_slice(path, bytes)?;
+        Self::parse_with_env(path, bytes, &|name| std::env::var(name).ok())
+    }
+
+    /// Validates config bytes, `${NAME}` taken from `lookup`.
+    pub fn parse_with_env(
+        path: &Path,
+        bytes: &[u8],
+        lookup: yaml::Lookup,
+    ) -> Result<Config, FileError> {
+        let raw: Raw = yaml::from_slice_with_env(path, bytes, lookup)?;
         let base = path.parent().unwrap_or(Path::new(".")).to_owned();
         let strings = |v: Vec<NonEmpty>| v.into_iter().map(|s| s.0).collect::<Vec<_>>();
         let mut config = Config {
@@ -227,6 +282,9 @@ impl Config {
                     .collect(),
                 weight_floor: raw.weights.floor.get(),
                 min_gain: raw.weights.min_gain.get(),
+                // An operator's, at runtime: never in the file.
+                pins: Default::default(),
+                drained: Default::default(),
             },
             strategy: raw.strategy,
             weights: raw.weights,
@@ -245,6 +303,9 @@ impl Config {
         config.database.resolve(&base);
         config.sources.resolve(&base);
         config.claims.resolve(&base);
+        if let Some(tls) = &mut config.api.tls {
+            tls.resolve(&base);
+        }
         if let Some(redis) = &mut config.redis {
             redis.resolve(&base);
         }

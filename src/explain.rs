@@ -11,12 +11,16 @@
 //! With `balanceBy: messages` a bot's load is the sum of its channels' weights, and moving a
 //! channel of weight `w` changes Σ (weighted load)² by `2w(Lb − La + w)`: the explanation
 //! gives the channel's weight and that change for each member (what a move would gain).
+//!
+//! An operator's overrides come first: "pinned by an operator (note, until …)", "held with no
+//! assignee by an operator", and a drained member is named as such.
 
 use serde::Serialize;
 
 use crate::balance::rules::{BalanceBy, Resolved, Rules};
 use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
 use crate::model::split_key;
+use crate::operator::{Made, Overrides, Pin, PinTarget, Shown, rfc3339};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Explanation {
@@ -32,6 +36,10 @@ pub struct Explanation {
     pub weight: f64,
     /// Whether an admin pinned the weight (`channelWeights`).
     pub weight_pinned: bool,
+    /// An operator's pin or hold on the channel.
+    pub pin: Option<Shown>,
+    /// Members an operator drained.
+    pub drained: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -45,6 +53,10 @@ pub enum Reason {
     Excluded,
     /// The first online member of its `channelBotPriority` list.
     Pinned,
+    /// An operator pinned it to its assignee.
+    OperatorPin,
+    /// An operator holds it with no assignee on purpose.
+    Held,
     /// Exactly one online member.
     OnlyMember,
     /// Several online members: the least Σ load² placement.
@@ -67,8 +79,15 @@ pub struct Member {
     pub capacity: Option<f64>,
 }
 
-/// Explains `channel` of `platform` as the index and rules stand now.
-pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str) -> Explanation {
+/// Explains `channel` of `platform` as the index, the rules and the operators' overrides stand
+/// now (`rules` holds the overrides already, as the planner reads them).
+pub fn explain(
+    index: &FleetIndex,
+    rules: &Rules,
+    overrides: &Overrides,
+    platform: &str,
+    channel: &str,
+) -> Explanation {
     let mut out = Explanation {
         platform: platform.to_owned(),
         channel: channel.to_owned(),
@@ -78,6 +97,8 @@ pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str)
         members: Vec::new(),
         weight: 0.0,
         weight_pinned: false,
+        pin: overrides.pin_of(platform, channel).map(Shown::from),
+        drained: Vec::new(),
     };
     let Some(p) = index.platform(platform) else {
         return out;
@@ -101,7 +122,19 @@ pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str)
             capacity: resolved.capacity(b),
         })
         .collect();
-    let (reason, mut text) = reason(p, rules, c, assignee);
+    out.drained = p
+        .members(c)
+        .iter()
+        .filter(|&&b| resolved.is_drained(b))
+        .map(|&b| p.bot_id(b).to_owned())
+        .collect();
+    let (reason, mut text) = reason(p, rules, overrides.pin_of(platform, channel), c, assignee);
+    if let Some(a) = assignee.filter(|&a| resolved.is_drained(a)) {
+        text.push_str(&format!(
+            "; {} is drained and keeps this group only because no other valid bot can take it",
+            p.bot_id(a)
+        ));
+    }
     // A capacity that cannot be met: the channel still has its bot, and the operator is told.
     if let Some(m) = out
         .members
@@ -129,6 +162,7 @@ pub fn explain(index: &FleetIndex, rules: &Rules, platform: &str, channel: &str)
 fn reason(
     p: &PlatformIndex,
     rules: &Rules,
+    pin: Option<&Pin>,
     c: ChanIx,
     assignee: Option<BotIx>,
 ) -> (Reason, String) {
@@ -150,13 +184,85 @@ fn reason(
             format!("excluded by excludeChannels, never assigned or changed: {kept}"),
         );
     }
+    // An operator's pin or hold first; a pin whose bot cannot answer now waits, and the rest
+    // of the rules serve the group meanwhile.
+    let mut waiting_pin = String::new();
+    if let Some(pin) = pin {
+        let made = operator_made(&pin.made);
+        match &pin.target {
+            PinTarget::Hold => {
+                let text = format!("held with no assignee by an operator{made}");
+                return match assignee {
+                    None => (Reason::Held, text),
+                    Some(_) => (
+                        Reason::WaitingForRebalance,
+                        format!("{text}; the next rebalance unassigns it"),
+                    ),
+                };
+            }
+            PinTarget::Bot(bot) => {
+                let text = format!("pinned to {bot} by an operator{made}");
+                match p.find_bot(bot) {
+                    Some(b) if resolved.pinned(p, c) == Some(b) => {
+                        return waiting_or(p, assignee, b, Reason::OperatorPin, text);
+                    }
+                    b => {
+                        let why = match b {
+                            Some(b) if !p.members(c).contains(&b) => "is not in the group",
+                            Some(b) if !p.is_online(b) => "is offline",
+                            Some(b) if resolved.is_drained(b) => "is drained",
+                            _ => "is not known",
+                        };
+                        waiting_pin =
+                            format!("{text}, but {bot} {why}: served as usual meanwhile; ");
+                    }
+                }
+            }
+        }
+    }
+    let (reason, text) = usual_reason(p, rules, &resolved, c, assignee);
+    (reason, format!("{waiting_pin}{text}"))
+}
+
+/// `" (note "…", until …)"` of an operator's change, or nothing.
+fn operator_made(made: &Made) -> String {
+    let mut parts = Vec::new();
+    if let Some(note) = &made.note {
+        parts.push(format!("note {note:?}"));
+    }
+    if let Some(until) = made.until_ms {
+        parts.push(format!("until {}", rfc3339(until)));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
+/// The reason by the config's rules and balance.
+fn usual_reason(
+    p: &PlatformIndex,
+    rules: &Rules,
+    resolved: &Resolved,
+    c: ChanIx,
+    assignee: Option<BotIx>,
+) -> (Reason, String) {
+    let name = |b: BotIx| p.bot_id(b).to_owned();
+    let kept = match assignee {
+        Some(b) => format!("it keeps {}", name(b)),
+        None => "it stays unassigned".to_owned(),
+    };
     let online: Vec<BotIx> = p
         .members(c)
         .iter()
         .copied()
-        .filter(|&b| p.is_online(b))
+        .filter(|&b| p.is_online(b) && (!resolved.is_drained(b) || drained_only(p, resolved, c)))
         .collect();
-    if let Some(pin) = resolved.pinned(p, c) {
+    if let Some(pin) = resolved
+        .pinned(p, c)
+        .filter(|_| resolved.priority(c).is_some())
+    {
         let list = resolved.priority(c).unwrap_or_default();
         let k = list.iter().position(|&b| b == pin).unwrap_or(0);
         let skipped: Vec<String> = list[..k]
@@ -223,12 +329,12 @@ fn reason(
             ),
             Some(a) if resolved.balance_by == BalanceBy::Messages => {
                 let w = resolved.weight(p, c);
-                let la = weighted_load(p, &resolved, a);
+                let la = weighted_load(p, resolved, a);
                 let others: Vec<String> = online
                     .iter()
                     .filter(|&&b| b != a)
                     .map(|&b| {
-                        let lb = weighted_load(p, &resolved, b);
+                        let lb = weighted_load(p, resolved, b);
                         let delta = 2.0 * w * (lb - la + w);
                         let effect = if delta >= 0.0 {
                             format!("would raise Σ (weighted load)² by {delta:.1}")
@@ -289,6 +395,13 @@ fn reason(
     }
 }
 
+/// Whether only drained bots are online in the channel (they keep it then).
+fn drained_only(p: &PlatformIndex, resolved: &Resolved, c: ChanIx) -> bool {
+    !p.members(c)
+        .iter()
+        .any(|&b| p.is_online(b) && !resolved.is_drained(b))
+}
+
 /// The weights of the channels `bot` holds.
 fn weighted_load(p: &PlatformIndex, resolved: &Resolved, bot: BotIx) -> f64 {
     p.channels_of(bot)
@@ -338,7 +451,7 @@ mod tests {
     }
 
     fn reason_of(rules: &Rules, channel: &str) -> (Reason, String) {
-        let e = explain(&fleet(), rules, "onebot", channel);
+        let e = explain(&fleet(), rules, &Overrides::default(), "onebot", channel);
         (e.reason, e.text)
     }
 
@@ -404,7 +517,14 @@ mod tests {
                 let b = b.map(|b| p.find_bot(b).unwrap());
                 p.set_assignee(c, b);
             }
-            explain(&index, &Rules::default(), "onebot", channel).text
+            explain(
+                &index,
+                &Rules::default(),
+                &Overrides::default(),
+                "onebot",
+                channel,
+            )
+            .text
         };
         // Loads 1: 2 (a, c), 2: 1 (b): moving a to 2 leaves Σ load² as it is.
         let text = explained(&[("e", None)], "a");

@@ -9,7 +9,7 @@ use auto_assign::balance::{self, BalanceBy, Plan, Strategy};
 #[cfg(feature = "bench")]
 use auto_assign::bench;
 use auto_assign::cli::snapshot::{self, Snapshot};
-use auto_assign::cli::{Remote, RemoteError, status_table};
+use auto_assign::cli::{Remote, RemoteError, operator, status_table};
 use auto_assign::config::{Config, LogFormat, WORKER_THREADS_VAR, worker_threads};
 
 #[derive(Parser)]
@@ -43,6 +43,13 @@ enum Command {
         #[arg(long, default_value = "config.yaml")]
         config: PathBuf,
     },
+    /// Checks a config as `serve` would read it (the file, its environment variables, the
+    /// fleet file, TLS files), starting nothing and writing nothing; exits 0 when it is good,
+    /// 2 naming every problem.
+    Check {
+        #[arg(long, default_value = "config.yaml")]
+        config: PathBuf,
+    },
     /// A running service's platforms, bots, loads, health and last rebalance.
     Status {
         #[command(flatten)]
@@ -62,6 +69,59 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Pins a group to a bot (or, with --hold, to no bot at all) until unpinned or --until.
+    Pin {
+        /// The group: `100005` (on --platform) or `onebot:100005`.
+        group: String,
+        /// The bot that answers there (a member of the group).
+        #[arg(required_unless_present = "hold")]
+        bot: Option<String>,
+        /// No bot answers in the group (Koishi's `assign -r`).
+        #[arg(long, conflicts_with = "bot")]
+        hold: bool,
+        #[command(flatten)]
+        reason: ReasonArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Removes a group's pin or hold.
+    Unpin {
+        group: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Drains a bot: it keeps only the groups no other valid bot can take.
+    Drain {
+        /// The bot: `1003` (on --platform) or `onebot:1003`.
+        bot: String,
+        #[command(flatten)]
+        reason: ReasonArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Ends a bot's drain: the next rebalance uses it again.
+    Undrain {
+        bot: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// The pins and holds in force, and what each does now.
+    Pins {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// The drains in force.
+    Drains {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Rebalances now, or (--dry-run) shows what a rebalance would move, changing nothing.
+    Rebalance {
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Pallas-Bot compatibility tools.
     #[command(subcommand)]
     Coord(CoordCommand),
@@ -79,6 +139,43 @@ struct RemoteArgs {
     /// The API token (`api.token`); default: the AUTO_ASSIGN_TOKEN environment variable.
     #[arg(long)]
     token: Option<String>,
+    /// For an `https://` API: the CA certificate (PEM) its certificate is checked against,
+    /// instead of the system's; default: the AUTO_ASSIGN_CA_FILE environment variable.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+}
+
+/// Where a change goes, and how to show the answer.
+#[derive(clap::Args)]
+struct TargetArgs {
+    /// The platform of a group or bot given without one.
+    #[arg(long, default_value = "onebot")]
+    platform: String,
+    #[command(flatten)]
+    remote: RemoteArgs,
+    /// The API's answer as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// When a change ends and why it was made.
+#[derive(clap::Args)]
+struct ReasonArgs {
+    /// When it ends by itself: a duration (`2h`, `1d 12h`) or an RFC 3339 time.
+    #[arg(long)]
+    until: Option<String>,
+    /// Why, for the audit and the other operators.
+    #[arg(long)]
+    note: Option<String>,
+}
+
+impl ReasonArgs {
+    fn reason(self) -> operator::Reason {
+        operator::Reason {
+            until: self.until,
+            note: self.note,
+        }
+    }
 }
 
 impl RemoteArgs {
@@ -89,6 +186,9 @@ impl RemoteArgs {
                 .token
                 .or_else(|| std::env::var("AUTO_ASSIGN_TOKEN").ok())
                 .filter(|t| !t.is_empty()),
+            ca_file: self
+                .ca_file
+                .or_else(|| std::env::var_os("AUTO_ASSIGN_CA_FILE").map(PathBuf::from)),
         }
     }
 }
@@ -132,6 +232,7 @@ fn main() -> ExitCode {
             output,
         } => run_plan(&input, strategy, balance_by, output.as_deref()),
         Command::Serve { config } => serve(&config),
+        Command::Check { config } => check(&config),
         Command::Status { remote, json } => match remote.remote().status() {
             Ok(all) if json => print_json(&all),
             Ok(all) => {
@@ -155,6 +256,63 @@ fn main() -> ExitCode {
             }
             Err(e) => remote_failed(e),
         },
+        Command::Pin {
+            group,
+            bot,
+            hold,
+            reason,
+            target,
+        } => {
+            let (platform, channel) = operator::group(&group, &target.platform);
+            let bot = bot.filter(|_| !hold);
+            let what = if bot.is_some() { "pinned" } else { "held" };
+            let answer =
+                target
+                    .remote
+                    .remote()
+                    .pin((&platform, &channel), bot.as_deref(), &reason.reason());
+            show_change(answer, target.json, what)
+        }
+        Command::Unpin { group, target } => {
+            let (platform, channel) = operator::group(&group, &target.platform);
+            let answer = target.remote.remote().unpin((&platform, &channel));
+            show_change(answer, target.json, "unpinned")
+        }
+        Command::Drain {
+            bot,
+            reason,
+            target,
+        } => {
+            let (platform, bot) = operator::group(&bot, &target.platform);
+            let answer = target
+                .remote
+                .remote()
+                .drain((&platform, &bot), &reason.reason());
+            show_change(answer, target.json, "drained")
+        }
+        Command::Undrain { bot, target } => {
+            let (platform, bot) = operator::group(&bot, &target.platform);
+            let answer = target.remote.remote().undrain((&platform, &bot));
+            show_change(answer, target.json, "undrained")
+        }
+        Command::Pins { target } => show(
+            target.remote.remote().pins(),
+            target.json,
+            operator::pins_table,
+        ),
+        Command::Drains { target } => show(
+            target.remote.remote().drains(),
+            target.json,
+            operator::drains_table,
+        ),
+        Command::Rebalance { dry_run, target } => {
+            let answer = target.remote.remote().rebalance(dry_run);
+            if dry_run {
+                show(answer, target.json, operator::dry_run_table)
+            } else {
+                show(answer, target.json, |_| "rebalance requested\n".to_owned())
+            }
+        }
         Command::Coord(CoordCommand::Eval { input }) => coord_eval(input.as_deref()),
         #[cfg(feature = "bench")]
         Command::Bench(args) => {
@@ -180,9 +338,64 @@ fn print_json(value: &serde_json::Value) -> ExitCode {
     }
 }
 
+/// An answer as JSON or as `table` makes it.
+fn show(
+    answer: Result<serde_json::Value, RemoteError>,
+    json: bool,
+    table: impl Fn(&serde_json::Value) -> String,
+) -> ExitCode {
+    match answer {
+        Ok(answer) if json => print_json(&answer),
+        Ok(answer) => {
+            print!("{}", table(&answer));
+            ExitCode::SUCCESS
+        }
+        Err(e) => remote_failed(e),
+    }
+}
+
+/// A change's answer: one line, or its JSON.
+fn show_change(answer: Result<serde_json::Value, RemoteError>, json: bool, what: &str) -> ExitCode {
+    show(answer, json, |shown| {
+        format!("{}\n", operator::change_line(what, shown))
+    })
+}
+
 fn remote_failed(e: RemoteError) -> ExitCode {
     eprintln!("error: {e}");
     ExitCode::FAILURE
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match Config::check(path) {
+        Ok(config) => {
+            println!(
+                "{}: ok (strategy {}, database {}{}{})",
+                path.display(),
+                config.strategy,
+                config.database_name(),
+                if config.redis.is_some() {
+                    ", Redis"
+                } else {
+                    ""
+                },
+                config
+                    .sources
+                    .file
+                    .as_ref()
+                    .map(|f| format!(", fleet file {}", f.display()))
+                    .unwrap_or_default(),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("error: {e}");
+            }
+            eprintln!("{}: {} problem(s)", path.display(), errors.len());
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn serve(config: &std::path::Path) -> ExitCode {

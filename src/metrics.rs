@@ -30,6 +30,8 @@ pub struct Metrics {
     pub rebalance_duration: Histogram,
     pub moves: IntCounterVec,
     pub provisional: IntCounterVec,
+    /// Set by the engine when they change.
+    operator_overrides: IntGaugeVec,
     pub store_commit_duration: Histogram,
     pub store_commit_failures: IntCounterVec,
     ingress_decisions: CounterSet<{ 2 * Reason::KINDS.len() }>,
@@ -140,6 +142,12 @@ impl Metrics {
                 "Channels given a bot at once, before the rebalance: forced (their bot left) or \
                  first (they had none)",
                 &["platform", "kind"],
+            ),
+            operator_overrides: gauge(
+                "operator_overrides",
+                "An operator's overrides in force: pins (a group on one bot), holds (a group \
+                 with no assignee on purpose) and drains (a bot emptied)",
+                &["kind"],
             ),
             store_commit_duration: histogram(
                 "store_commit_duration_seconds",
@@ -262,7 +270,26 @@ impl Metrics {
         }
     }
 
-    /// One `POST /v1/ingress` decision.
+    /// The operators' overrides in force: `pins` (pins and holds) and how many bots drained.
+    pub fn set_overrides<'a>(
+        &self,
+        pins: impl Iterator<Item = &'a crate::operator::Pin>,
+        drains: usize,
+    ) {
+        let (mut to_bot, mut held) = (0, 0);
+        for pin in pins {
+            match pin.target {
+                crate::operator::PinTarget::Bot(_) => to_bot += 1,
+                crate::operator::PinTarget::Hold => held += 1,
+            }
+        }
+        for (kind, n) in [("pin", to_bot), ("hold", held), ("drain", drains)] {
+            self.operator_overrides
+                .with_label_values(&[kind])
+                .set(n as i64);
+        }
+    }
+
     /// The store writer's counters, registered here.
     pub fn commits(&self) -> CommitMetrics {
         CommitMetrics {

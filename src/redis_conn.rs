@@ -596,6 +596,12 @@ impl Redis {
         Ok(redis)
     }
 
+    /// Checks what [`Redis::connect`] reads at start (the URLs, the TLS files), connecting to
+    /// nothing.
+    pub fn check(settings: &Settings) -> Result<(), SetupError> {
+        Target::new(settings).map(|_| ())
+    }
+
     /// A Redis of one URL (a federate pool's own Redis).
     pub fn connect_url(url: &str, shutdown: CancellationToken) -> Result<Redis, SetupError> {
         let settings = Settings {

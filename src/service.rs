@@ -22,6 +22,7 @@ use crate::engine_handle::{EngineHandle, Request};
 use crate::file_watch::FileWatch;
 use crate::leader;
 use crate::metrics::Metrics;
+use crate::operator::Overrides;
 use crate::pallas::claim::Claims;
 use crate::pallas::federate::{Federate, settings};
 use crate::pallas::gate::Gates;
@@ -144,10 +145,12 @@ impl Inputs {
     }
 }
 
-/// What the store held at start: the previous assignment and the channel weights.
+/// What the store held at start: the previous assignment, the channel weights, and the
+/// operators' pins and drains.
 struct Stored {
     assignments: Vec<AssignmentRow>,
     weights: Vec<WeightWrite>,
+    overrides: Overrides,
 }
 
 /// Starts the service on `config`: everything that can fail at start (files, database, ports)
@@ -197,9 +200,31 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         common.traffic.clone(),
     );
     engine.load_weights(stored.weights);
-    let leadership = start_leadership(&common, &store, &inputs, store_status.clone(), &mut tasks)?;
+    engine.set_overrides(stored.overrides);
+    // Bound before leadership: a leader records the address its followers name.
+    let api_listener = bind_api(&common).await?;
+    let advertised = api_listener
+        .as_ref()
+        .map(|l| common.config.api.advertised(l.addr));
+    let leadership = start_leadership(
+        &common,
+        &store,
+        &inputs,
+        store_status.clone(),
+        advertised,
+        &mut tasks,
+    )?;
     if let Some(followed) = followed {
         forward_followed(&common, followed, &inputs.control_tx, &mut tasks);
+    }
+    if let Some(leadership) = &leadership {
+        follow_overrides(
+            &common,
+            leadership.role.clone(),
+            &store,
+            &inputs.control_tx,
+            &mut tasks,
+        );
     }
     let (reload_status, reload_rx) = watch::channel(ReloadStatus::default());
     let status = Status {
@@ -219,7 +244,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         metrics,
         store,
     );
-    let api_addr = start_api(&common, api, &mut tasks).await?;
+    let api_addr = serve_api(&common, api_listener, api, &mut tasks);
     let (onebot_events, onebot_flush) = tagged(SourceId::OneBot, &inputs.fleet_tx, &mut tasks);
     let (onebot_addr, onebot_reported) =
         start_onebot(&common, federate.as_ref(), &onebot_events, &mut tasks).await?;
@@ -227,6 +252,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         onebot_reported.map(|reported| (reported, onebot_flush)),
         reporters.as_ref(),
         &inputs.control_tx,
+        &shutdown,
         &mut tasks,
     );
     if let Some((path, (fleet, content))) = fleet_file {
@@ -271,11 +297,16 @@ async fn open_store(config: &Config, clock: Clock) -> Result<(SqlStore, Stored),
         .load_weights()
         .await
         .map_err(|e| anyhow::anyhow!("reading stored channel weights: {e}"))?;
+    let overrides = store
+        .load_overrides()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading stored pins and drains: {e}"))?;
     Ok((
         store,
         Stored {
             assignments,
             weights,
+            overrides,
         },
     ))
 }
@@ -325,6 +356,7 @@ fn start_leadership(
     store: &SqlStore,
     inputs: &Inputs,
     writes: watch::Receiver<crate::store::writer::WriteStatus>,
+    api: Option<String>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Option<leader::Leadership>, ServeError> {
     let Some(settings) = &c.config.leadership else {
@@ -354,6 +386,7 @@ fn start_leadership(
         store: store.clone(),
         turns: turns_tx,
         writes,
+        api,
     };
     let leadership =
         leader::start(parts).map_err(|e| FileError::new(&c.config.path, e.to_string()))?;
@@ -384,6 +417,40 @@ fn forward_followed(
     });
 }
 
+/// A follower reads the leader's pins and drains from the database every
+/// [`OVERRIDES_EVERY`], so its API and explanations show them as the leader's do.
+fn follow_overrides(
+    c: &Common,
+    mut role: watch::Receiver<crate::store::fence::Role>,
+    store: &SqlStore,
+    control: &mpsc::Sender<Control>,
+    tasks: &mut JoinSet<()>,
+) {
+    let (store, control, stop) = (store.clone(), control.clone(), c.shutdown.clone());
+    tasks.spawn(async move {
+        let mut every = tokio::time::interval(OVERRIDES_EVERY);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = every.tick() => {}
+                changed = role.changed() => if changed.is_err() { return },
+            }
+            let following = matches!(*role.borrow(), crate::store::fence::Role::Follower { .. });
+            if !following {
+                continue;
+            }
+            if let Ok(overrides) = store.load_overrides().await
+                && control.send(Control::Overrides(overrides)).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+}
+
+/// How often a follower reads the leader's pins and drains.
+const OVERRIDES_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Everything the API's routes read.
 fn api_state(
     c: &Common,
@@ -413,13 +480,14 @@ fn api_state(
         presence: c.presence.clone(),
         redis: c.redis.clone(),
         engine: inputs.engine.clone(),
-        token: c.config.api.token.clone(),
+        tokens: crate::api::Tokens::new(c.config.api.token.clone(), c.config.api.tokens.clone()),
         status,
         reporters,
         shutdown: c.shutdown.clone(),
         metrics,
         metrics_auth: c.config.api.metrics_auth,
         history,
+        clock: c.clock,
     }
 }
 
@@ -430,21 +498,30 @@ fn announce_ready(
     onebot: Option<(impl Future<Output = ()> + Send + 'static, Flush)>,
     reporters: Option<&Reporters>,
     control: &mpsc::Sender<Control>,
+    stop: &CancellationToken,
     tasks: &mut JoinSet<()>,
 ) {
     let reporters_reported = reporters.map(|r| tokio::time::sleep(r.settings().startup_wait.get()));
     let ready = control.clone();
+    let stop = stop.clone();
     tasks.spawn(async move {
-        if let Some((reported, flush)) = onebot {
-            reported.await;
-            // Its reports pass through a forwarding task; the engine must have them all
-            // queued before Ready, or the first plan misses a bot and the next moves channels.
-            flush.flushed().await;
+        let announce = async {
+            if let Some((reported, flush)) = onebot {
+                reported.await;
+                // Its reports pass through a forwarding task; the engine must have them all
+                // queued before Ready, or the first plan misses a bot and the next moves channels.
+                flush.flushed().await;
+            }
+            if let Some(reported) = reporters_reported {
+                reported.await;
+            }
+            let _ = ready.send(Control::Ready).await;
+        };
+        // A stop before the sources have reported ends the wait.
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = announce => {}
         }
-        if let Some(reported) = reporters_reported {
-            reported.await;
-        }
-        let _ = ready.send(Control::Ready).await;
     });
 }
 
@@ -562,28 +639,62 @@ fn start_federate(
     Ok(Some(federate))
 }
 
-/// Binds the HTTP API and serves it; returns the bound address (`None` with `api.bind: null`).
-async fn start_api(
-    s: &Common,
-    api: ApiState,
-    tasks: &mut JoinSet<()>,
-) -> Result<Option<SocketAddr>, ServeError> {
+/// The API's listener, bound, with its TLS files read when it has them.
+struct ApiListener {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    tls: Option<api::Tls>,
+}
+
+/// Binds the HTTP API (`None` with `api.bind: null`).
+async fn bind_api(s: &Common) -> Result<Option<ApiListener>, ServeError> {
     let Some(bind) = s.config.api.bind else {
         return Ok(None);
+    };
+    let tls = match &s.config.api.tls {
+        Some(files) => {
+            Some(api::Tls::load(files).map_err(|e| FileError::new(&s.config.path, e.to_string()))?)
+        }
+        None => None,
     };
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| anyhow::anyhow!("api.bind {bind}: {e}"))?;
     let addr = listener.local_addr().map_err(anyhow::Error::from)?;
-    info!("API listening on http://{addr}");
+    Ok(Some(ApiListener {
+        listener,
+        addr,
+        tls,
+    }))
+}
+
+/// Serves the HTTP API on its listener (over TLS with `api.tls`, whose files are watched);
+/// returns the bound address.
+fn serve_api(
+    s: &Common,
+    listener: Option<ApiListener>,
+    api: ApiState,
+    tasks: &mut JoinSet<()>,
+) -> Option<SocketAddr> {
+    let ApiListener {
+        listener,
+        addr,
+        tls,
+    } = listener?;
+    if let (Some(tls), Some(files)) = (&tls, &s.config.api.tls) {
+        tasks.spawn(tls.clone().reload(files.clone(), s.shutdown.clone()));
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    info!("API listening on {scheme}://{addr}");
     let service = api::router(api, s.config.api.max_body_bytes.get() as usize);
     tasks.spawn(api::serve(
         listener,
         service,
         s.config.api.header_timeout.get(),
+        tls,
         s.shutdown.clone(),
     ));
-    Ok(Some(addr))
+    Some(addr)
 }
 
 /// Starts the OneBot source; returns the reverse server's address and what completes once

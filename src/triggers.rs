@@ -76,6 +76,9 @@ pub enum Cause {
     Requested,
     /// This instance took over the leadership.
     Takeover,
+    /// An operator pinned, held or released a group, or drained or undrained a bot (or one
+    /// of those ended by itself).
+    Operator,
 }
 
 impl Cause {
@@ -91,11 +94,12 @@ impl Cause {
             Cause::ChannelLeft => "channel-left",
             Cause::Requested => "requested",
             Cause::Takeover => "takeover",
+            Cause::Operator => "operator",
         }
     }
 
-    /// The configured delay for this cause; the schedule, config edits and admin requests run
-    /// at once.
+    /// The configured delay for this cause; the schedule, config edits, admin requests and an
+    /// operator's overrides run at once.
     pub fn delay(self, delays: &TriggerDelays) -> Duration {
         match self {
             Cause::Startup => delays.startup.get(),
@@ -104,9 +108,11 @@ impl Cause {
             Cause::BotStatus => delays.bot_status.get(),
             Cause::ChannelJoined => delays.channel_joined.get(),
             Cause::ChannelLeft => delays.channel_left.get(),
-            Cause::Schedule | Cause::ConfigChanged | Cause::Requested | Cause::Takeover => {
-                Duration::ZERO
-            }
+            Cause::Schedule
+            | Cause::ConfigChanged
+            | Cause::Requested
+            | Cause::Takeover
+            | Cause::Operator => Duration::ZERO,
         }
     }
 }

@@ -31,8 +31,30 @@ impl FileError {
     }
 }
 
+mod env;
+
+pub use env::Lookup;
+
 /// Parses a whole YAML file (JSON is YAML too) into `T`.
 pub fn from_slice<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, FileError> {
+    parse(path, bytes, None)
+}
+
+/// As [`from_slice`], with every `${NAME}` in a string value replaced by `lookup(NAME)` (see
+/// [`env`]): the config's secrets from the environment.
+pub fn from_slice_with_env<T: DeserializeOwned>(
+    path: &Path,
+    bytes: &[u8],
+    lookup: Lookup,
+) -> Result<T, FileError> {
+    parse(path, bytes, Some(lookup))
+}
+
+fn parse<T: DeserializeOwned>(
+    path: &Path,
+    bytes: &[u8],
+    lookup: Option<Lookup>,
+) -> Result<T, FileError> {
     let fail = |message: String| FileError::new(path, message);
     let text = std::str::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8 ({e})")))?;
     if is_empty_document(text) {
@@ -44,7 +66,11 @@ pub fn from_slice<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, F
     }
     check_duplicate_keys(text).map_err(fail)?;
     let de = serde_norway::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| fail(describe(e)))
+    match lookup {
+        None => serde_path_to_error::deserialize(de).map_err(|e| fail(describe(e))),
+        Some(lookup) => serde_path_to_error::deserialize(env::Expand { de, lookup })
+            .map_err(|e| fail(describe(e))),
+    }
 }
 
 /// Only blank lines and comments: what an editor leaves while it rewrites a file.
@@ -215,6 +241,12 @@ impl<const MIN_MS: u64> Seconds<MIN_MS> {
     pub const fn secs(s: u64) -> Self {
         assert!(s * 1000 >= MIN_MS);
         Seconds(Duration::from_secs(s))
+    }
+
+    /// A value in milliseconds known to be valid (defaults); panics below the minimum.
+    pub const fn millis(ms: u64) -> Self {
+        assert!(ms >= MIN_MS);
+        Seconds(Duration::from_millis(ms))
     }
 
     pub fn get(self) -> Duration {

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::shared::{ApiRef, ApiState, error};
+use crate::pallas::claim::valid_plugin;
 use crate::pallas::presence_registry;
-use crate::store::fence::Role;
 
 /// `GET /v1/assignments/stream`: Server-Sent Events. First `snapshot` (every platform's
 /// assignment at `version`), then one `changes` per update with the next version (`null`:
@@ -22,11 +22,33 @@ use crate::store::fence::Role;
 /// client too slow to keep up with the changes is cut off and does the same (a missed presence
 /// event is not worth a resync: the next `GET /v1/bots` tells). The stream ends when the
 /// service stops.
-pub(super) async fn stream(State(api): State<ApiRef>) -> Response {
+#[derive(Deserialize)]
+pub(super) struct StreamQuery {
+    /// The fleet reporter following the stream: alive while it is open (`sources.http`).
+    reporter: Option<String>,
+}
+
+pub(super) async fn stream(State(api): State<ApiRef>, Query(q): Query<StreamQuery>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures_util::StreamExt as _;
     use tokio::sync::broadcast::error::RecvError;
 
+    // Held for as long as the stream is open: its end starts the reporter's `streamGrace`.
+    let alive = match (&api.reporters, q.reporter) {
+        (Some(reporters), Some(name)) if valid_plugin(&name) => {
+            Some(reporters.stream_opened(&name))
+        }
+        (_, Some(name)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "reporter: {} is not a reporter's name ([A-Za-z0-9_.:-]) or sources.http is off",
+                    crate::logs::cut(&name)
+                ),
+            );
+        }
+        _ => None,
+    };
     let presences = api.view.subscribe_presence();
     let (version, assignments, updates) = api.view.subscribe();
     let snapshot = Event::default()
@@ -70,7 +92,11 @@ pub(super) async fn stream(State(api): State<ApiRef>) -> Response {
     );
     let events = futures_util::stream::once(async move { snapshot })
         .chain(rest)
-        .take_until(api.shutdown.clone().cancelled_owned());
+        .take_until(api.shutdown.clone().cancelled_owned())
+        .map(move |event| {
+            let _alive = &alive;
+            event
+        });
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
@@ -190,23 +216,6 @@ pub(super) async fn weights(State(api): State<ApiRef>, Path(platform): Path<Stri
             Json(json!({ "platform": platform, "weights": weights, "pinned": pinned }))
                 .into_response()
         }
-        Err(_) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the engine is shutting down",
-        ),
-    }
-}
-
-pub(super) async fn rebalance(State(api): State<ApiRef>) -> Response {
-    if let Some(Role::Follower { leader, .. }) = api.status.role() {
-        let leader = leader.as_deref().unwrap_or("nobody yet");
-        return error(
-            StatusCode::CONFLICT,
-            format!("this instance follows; ask the leader ({leader})"),
-        );
-    }
-    match api.engine.rebalance().await {
-        Ok(()) => (StatusCode::ACCEPTED, Json(json!({ "requested": true }))).into_response(),
         Err(_) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the engine is shutting down",

@@ -37,6 +37,40 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
     }
 }
 
+/// A JSON body that may be absent: an empty body is `None`; anything else is read as
+/// [`Body`] reads it.
+pub(super) struct OptionalBody<T>(pub(super) Option<T>);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for OptionalBody<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let json = is_json(req.headers());
+        let bytes = async {
+            Bytes::from_request(req, state)
+                .await
+                .map_err(|rejection| match rejection.status() {
+                    StatusCode::PAYLOAD_TOO_LARGE => BodyError::TooLarge,
+                    _ => BodyError::Failed(rejection.body_text()),
+                })
+        };
+        // An empty body is no body, whatever its content type says.
+        let bytes = match read_body(true, bytes).await? {
+            bytes if bytes.is_empty() => return Ok(OptionalBody(None)),
+            _ if !json => {
+                return Err(error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "expected Content-Type: application/json",
+                ));
+            }
+            bytes => bytes,
+        };
+        parse_json(&bytes)
+            .map(|v| OptionalBody(Some(v)))
+            .map_err(|message| error(StatusCode::BAD_REQUEST, message))
+    }
+}
+
 /// Whether the content type is JSON (`application/json` or `…+json`, parameters aside).
 pub(super) fn is_json(headers: &axum::http::HeaderMap) -> bool {
     headers

@@ -79,9 +79,18 @@ pub(super) async fn healthz(State(api): State<ApiRef>) -> Json<Value> {
             (!over.is_empty()).then(|| (p, json!(over)))
         })
         .collect();
+    let publication = api.status.publication.as_ref().map(|p| {
+        let (version, lag) = p.read();
+        json!({
+            "version": version,
+            "lag_sec": lag.as_secs_f64(),
+            "repaired": p.repaired(),
+        })
+    });
     Json(json!({
         "status": status,
         "redis": redis,
+        "publication": publication,
         "over_capacity": over_capacity,
         "leadership": api.status.leadership_json(),
         "store": {
@@ -97,6 +106,37 @@ pub(super) async fn healthz(State(api): State<ApiRef>) -> Json<Value> {
     }))
 }
 
+/// `GET /readyz`, for orchestrators: 200 once this instance serves a committed plan, 503 with
+/// why not (no plan committed yet; the store failing; following without a known leader).
+/// `/healthz` stays the liveness answer (200 whenever the process answers).
+pub(super) async fn readyz(State(api): State<ApiRef>) -> Response {
+    let store = api.status.store.borrow().clone();
+    let mut not_ready = Vec::new();
+    match api.status.role() {
+        Some(crate::store::fence::Role::Follower { leader: None, .. }) => {
+            not_ready.push("following, and no leader is known yet".to_owned());
+        }
+        Some(crate::store::fence::Role::Follower { .. }) => {}
+        Some(crate::store::fence::Role::Leader { .. }) | None => {
+            if api.view.last_run().is_none() || store.commits == 0 {
+                not_ready.push("no plan committed yet".to_owned());
+            }
+        }
+    }
+    if let Some(error) = &store.last_error {
+        not_ready.push(format!("the store is failing: {error}"));
+    }
+    if not_ready.is_empty() {
+        Json(json!({ "ready": true })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "ready": false, "why": not_ready })),
+        )
+            .into_response()
+    }
+}
+
 /// Per platform: the numbers of the last plan and what the engine keeps in memory.
 pub(super) async fn status(State(api): State<ApiRef>) -> Json<Value> {
     let platforms: BTreeMap<String, Value> = api
@@ -109,10 +149,13 @@ pub(super) async fn status(State(api): State<ApiRef>) -> Json<Value> {
         })
         .collect();
     let config = api.status.reload.borrow().clone();
+    let overrides = api.engine.overrides().await.unwrap_or_default();
     Json(json!({
         "platforms": platforms,
         "last_run": api.view.last_run(),
         "config": config,
+        "pins": overrides.pins,
+        "drains": overrides.drains,
     }))
 }
 

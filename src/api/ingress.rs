@@ -6,7 +6,8 @@ use axum::response::IntoResponse;
 use axum::{Json, Router};
 
 use super::body::{BodyError, is_json, parse_json, read_body};
-use super::shared::{ApiRef, ApiState, authorized, error, unauthorized};
+use super::settings::Role;
+use super::shared::{ApiRef, ApiState, authorized, error};
 use crate::pallas::ingress::{Reason, Request as IngressRequest};
 
 /// The API as the server runs it: `POST /v1/ingress` straight to its handler, every other
@@ -155,8 +156,8 @@ where
     B::Error: Into<axum::BoxError>,
 {
     let (parts, body) = request.into_parts();
-    if !authorized(api, &parts.headers) {
-        return unauthorized().map(AnswerBody::Routed);
+    if let Err(denied) = authorized(api, &parts.headers, Role::Report) {
+        return denied.response().map(AnswerBody::Routed);
     }
     let json = is_json(&parts.headers);
     let limited = http_body_util::Limited::new(body, max_body);

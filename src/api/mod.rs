@@ -18,8 +18,10 @@ mod fleet;
 mod gates;
 mod health;
 mod ingress;
+mod operator;
 pub mod settings;
 mod shared;
+mod tls;
 
 use std::sync::Arc;
 
@@ -27,20 +29,21 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 
 pub use ingress::ApiService;
-pub use shared::ApiState;
 use shared::{ApiRef, auth, error};
+pub use shared::{ApiState, Tokens};
+pub use tls::Tls;
 
 use assignments::{
-    assignment, assignments, bots, explain, federate_peers, presence, rebalance, stream, weights,
+    assignment, assignments, bots, explain, federate_peers, presence, stream, weights,
 };
 use fleet::fleet_routes;
 use gates::{begin_activity, end_activity, owned_gate};
-use health::{dashboard, healthz, history, prometheus_metrics, status};
+use health::{dashboard, healthz, history, prometheus_metrics, readyz, status};
 use ingress::{AnswerBody, ingress};
-use settings::MetricsAuth;
+use operator::{audit, drain, drains, pin, pins, rebalance, undrain, unpin};
 
 /// The API; `max_body` caps request bodies.
 pub fn router(api: ApiState, max_body: usize) -> ApiService {
@@ -64,6 +67,11 @@ pub fn router(api: ApiState, max_body: usize) -> ApiService {
         .route("/v1/presence", get(presence))
         .route("/v1/federate/peers", get(federate_peers))
         .route("/v1/rebalance", post(rebalance))
+        .route("/v1/pins", get(pins))
+        .route("/v1/pins/{platform}/{channel}", put(pin).delete(unpin))
+        .route("/v1/drains", get(drains))
+        .route("/v1/drains/{platform}/{bot}", put(drain).delete(undrain))
+        .route("/v1/audit", get(audit))
         .route("/v1/explain/{platform}/{channel}", get(explain))
         .route("/v1/weights/{platform}", get(weights))
         .route("/v1/history", get(history))
@@ -72,25 +80,17 @@ pub fn router(api: ApiState, max_body: usize) -> ApiService {
         .route("/v1/activity/end", post(end_activity))
         .route("/v1/assignments/stream", get(stream))
         .merge(fleet_routes(&api));
-    let metrics = Router::new().route("/metrics", get(prometheus_metrics));
-    let (open, protected) = match api.metrics_auth {
-        MetricsAuth::Token => (Router::new(), protected.merge(metrics)),
-        MetricsAuth::None => (metrics, protected),
-    };
-    // The token is fixed for the process's life: without one, no layer to pass through on
-    // every request.
-    let protected = if api.token.is_empty() {
-        protected
-    } else {
-        protected.route_layer(middleware::from_fn_with_state(api.clone(), auth))
-    };
+    // The token is checked before routing (`auth`), so an unknown route without it is a 401
+    // like any other; the open routes are named there.
     let router = Router::new()
         .route("/", get(dashboard))
         .route("/healthz", get(healthz))
-        .merge(open)
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(prometheus_metrics))
         .merge(protected)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(api.clone(), auth))
         .with_state(api.clone());
     ApiService {
         api,
@@ -103,10 +103,12 @@ pub fn router(api: ApiState, max_body: usize) -> ApiService {
 /// `header_timeout` (which is also how long an idle keep-alive connection stays open), then
 /// at most 5 s for the requests in flight. axum's own `serve` has no such timeouts: 500
 /// connections sending half a request each would stay open for good.
+/// With `tls`, each connection's TLS handshake must end within `header_timeout` too.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: ApiService,
     header_timeout: std::time::Duration,
+    tls: Option<Tls>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
@@ -130,17 +132,37 @@ pub async fn serve(
             let answer = app.clone().answer(request);
             async move { Ok::<_, std::convert::Infallible>(answer.await) }
         });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            // Pipelined requests (a client with many decisions in flight on one connection)
-            // get their answers in one write, not one write each.
-            .pipeline_flush(true)
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let builder = {
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                // Pipelined requests (a client with many decisions in flight on one
+                // connection) get their answers in one write, not one write each.
+                .pipeline_flush(true);
+            b
+        };
+        match &tls {
+            None => {
+                let connection =
+                    graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+            }
+            Some(tls) => {
+                let acceptor = tls.acceptor();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(header_timeout, acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    let _ = watcher.watch(connection).await;
+                });
+            }
+        }
     }
     if tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown())
         .await

@@ -471,8 +471,10 @@ fn finish(
             });
         }
     }
+    // The balance is over the bots that take part: online, and not drained unless they keep
+    // groups nobody else can take.
     let loads = (0..p.bot_count() as BotIx)
-        .filter(|&b| p.is_online(b))
+        .filter(|&b| p.is_online(b) && (!resolved.is_drained(b) || load[b as usize] > 0))
         .map(|b| (b, load[b as usize]))
         .collect();
     plan.stats = LoadStats::new(loads);

@@ -4,9 +4,14 @@
 //! Keys may be full (`onebot:123`) or short (`123`, meaning that channel on any enabled
 //! platform); a full key wins over a short one. Bot entries of a priority list may likewise be
 //! `onebot:1001` or `1001`. Rules are resolved against a platform's index at every plan, which
-//! costs O(number of rules), never O(number of channels).
+//! costs O(number of rules) plus the drained bots' degrees, never O(number of channels).
+//!
+//! An operator's overrides ([`crate::operator`]) come last and outrank the rest: a pin makes
+//! its bot a channel's only valid bot while that bot is valid there (otherwise the channel is
+//! served as usual), a hold leaves the channel with no valid bot on purpose, and a drained bot
+//! is valid only in channels where no other bot is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap;
 
@@ -32,6 +37,11 @@ pub struct Rules {
     /// The least relative drop of Σ (weighted load)² that a run must reach before it moves a
     /// channel voluntarily (`balanceBy: messages` only: weights drift all the time).
     pub min_gain: f64,
+    /// An operator's pins, full channel keys → the bot, or `None` to hold the channel with no
+    /// assignee (not from the config: see [`crate::operator`]).
+    pub pins: BTreeMap<String, Option<String>>,
+    /// Bots an operator drained, full keys.
+    pub drained: BTreeSet<String>,
 }
 
 impl Default for Rules {
@@ -45,6 +55,8 @@ impl Default for Rules {
             channel_weights: BTreeMap::new(),
             weight_floor: 1.0,
             min_gain: 0.01,
+            pins: BTreeMap::new(),
+            drained: BTreeSet::new(),
         }
     }
 }
@@ -124,8 +136,58 @@ impl Rules {
                 }
             }
         }
+        // An operator's pins and drains: full keys only.
+        let mut pins: FxHashMap<ChanIx, Option<BotIx>> = FxHashMap::default();
+        let mut held = 0;
+        for (key, bot) in &self.pins {
+            let Some((p, id)) = split_key(key).filter(|&(p, _)| p == platform) else {
+                continue;
+            };
+            let Some(c) = index.find_channel(id) else {
+                let _ = p;
+                continue;
+            };
+            match bot {
+                // A bot the index does not know cannot be valid: the pin waits.
+                Some(bot) => {
+                    if let Some(b) = index.find_bot(bot) {
+                        pins.insert(c, Some(b));
+                    }
+                }
+                None => {
+                    pins.insert(c, None);
+                    held += 1;
+                }
+            }
+        }
+        let drained: Vec<BotIx> = self
+            .drained
+            .iter()
+            .filter_map(|key| split_key(key).filter(|&(p, _)| p == platform))
+            .filter_map(|(_, id)| index.find_bot(id))
+            .collect();
+        let mut drained_bits = vec![
+            0u64;
+            if drained.is_empty() {
+                0
+            } else {
+                index.bot_count().div_ceil(64)
+            }
+        ];
+        for &b in &drained {
+            drained_bits[b as usize / 64] |= 1 << (b % 64);
+        }
         let mut flagged = vec![0u64; index.channel_count().div_ceil(64)];
-        for &c in excluded.iter().chain(priority.keys()) {
+        let drained_channels = drained
+            .iter()
+            .flat_map(|&b| index.channels_of(b).iter().copied());
+        for c in excluded
+            .iter()
+            .chain(priority.keys())
+            .chain(pins.keys())
+            .copied()
+            .chain(drained_channels)
+        {
             flagged[c as usize / 64] |= 1 << (c % 64);
         }
         // Capacities and pinned weights: a full key wins over a short one, as above.
@@ -149,6 +211,9 @@ impl Rules {
         Resolved {
             excluded,
             priority: priority.into_iter().map(|(c, (_, l))| (c, l)).collect(),
+            pins,
+            held,
+            drained: drained_bits,
             flagged,
             balance_by: self.balance_by,
             capacity: capacity.into_iter().map(|(b, (_, c))| (b, c)).collect(),
@@ -165,8 +230,15 @@ pub struct Resolved {
     /// Ascending.
     excluded: Vec<ChanIx>,
     priority: FxHashMap<ChanIx, Vec<BotIx>>,
-    /// One bit per channel: excluded or with a priority list. Most channels are neither, and
-    /// the bit answers for them without a look-up (a plan asks for every channel).
+    /// An operator's pins: the bot, or `None` for a hold.
+    pins: FxHashMap<ChanIx, Option<BotIx>>,
+    /// Channels held with no assignee.
+    held: usize,
+    /// One bit per bot an operator drained (empty when none is).
+    drained: Vec<u64>,
+    /// One bit per channel: excluded, with a priority list, pinned or held, or with a drained
+    /// member. Most channels are none of these, and the bit answers for them without a look-up
+    /// (a plan asks for every channel).
     flagged: Vec<u64>,
     pub balance_by: BalanceBy,
     capacity: FxHashMap<BotIx, f64>,
@@ -208,6 +280,49 @@ impl Resolved {
         self.flagged(channel) && self.excluded.binary_search(&channel).is_ok()
     }
 
+    /// An operator's pin on the channel: `Some(Some(bot))`, or `Some(None)` for a hold.
+    pub fn operator_pin(&self, channel: ChanIx) -> Option<Option<BotIx>> {
+        if !self.flagged(channel) {
+            return None;
+        }
+        self.pins.get(&channel).copied()
+    }
+
+    /// Whether an operator holds the channel with no assignee.
+    pub fn is_held(&self, channel: ChanIx) -> bool {
+        self.operator_pin(channel) == Some(None)
+    }
+
+    /// Channels held with no assignee.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Whether an operator drained the bot.
+    pub fn is_drained(&self, bot: BotIx) -> bool {
+        self.drained
+            .get(bot as usize / 64)
+            .is_some_and(|w| w >> (bot % 64) & 1 == 1)
+    }
+
+    /// Whether the channel's drained online members are valid there: when no other online
+    /// member is (a drained bot keeps what nobody else can take).
+    fn drained_kept(&self, index: &PlatformIndex, channel: ChanIx) -> bool {
+        !self.drained.is_empty()
+            && !index
+                .members(channel)
+                .iter()
+                .any(|&b| index.is_online(b) && !self.is_drained(b))
+    }
+
+    /// Whether `bot` may answer in `channel` before pins and priority lists: an online member,
+    /// not drained unless no other online member is.
+    fn eligible(&self, index: &PlatformIndex, channel: ChanIx, bot: BotIx) -> bool {
+        index.is_online(bot)
+            && index.members(channel).contains(&bot)
+            && (!self.is_drained(bot) || self.drained_kept(index, channel))
+    }
+
     /// Excluded channels, ascending.
     pub fn excluded(&self) -> impl Iterator<Item = ChanIx> + '_ {
         self.excluded.iter().copied()
@@ -220,39 +335,51 @@ impl Resolved {
         self.priority.get(&channel).map(Vec::as_slice)
     }
 
-    /// The bot a channel is pinned to: the first entry of its priority list that is an online
-    /// member.
+    /// The bot a channel is pinned to: an operator's pinned bot while it is eligible (an
+    /// online member, not drained unless nobody else can answer), else the first eligible
+    /// entry of its priority list.
     pub fn pinned(&self, index: &PlatformIndex, channel: ChanIx) -> Option<BotIx> {
-        let list = self.priority(channel)?;
-        let members = index.members(channel);
+        if !self.flagged(channel) {
+            return None;
+        }
+        match self.pins.get(&channel) {
+            // A hold: no bot at all.
+            Some(None) => return None,
+            Some(Some(bot)) if self.eligible(index, channel, *bot) => return Some(*bot),
+            _ => {}
+        }
+        let list = self.priority.get(&channel)?;
         list.iter()
             .copied()
-            .find(|b| members.contains(b) && index.is_online(*b))
+            .find(|&b| self.eligible(index, channel, b))
     }
 
     /// The bots a channel may go to: its pinned bot alone, else its online members. None for
     /// an excluded channel (check [`Resolved::is_excluded`] to tell the two apart). An
     /// iterator, so that a plan writes each channel's bots straight where it keeps them.
     pub fn valid_bots<'a>(
-        &self,
+        &'a self,
         index: &'a PlatformIndex,
         channel: ChanIx,
     ) -> impl Iterator<Item = BotIx> + 'a {
         let members = index.members(channel);
-        let (pinned, members) = if !self.flagged(channel) {
-            (None, members)
-        } else if self.is_excluded(channel) {
-            (None, &[][..])
+        let (pinned, members, keep_drained) = if !self.flagged(channel) {
+            (None, members, true)
+        } else if self.is_excluded(channel) || self.is_held(channel) {
+            (None, &[][..], true)
         } else {
             match self.pinned(index, channel) {
-                Some(pin) => (Some(pin), &[][..]),
-                None => (None, members),
+                Some(pin) => (Some(pin), &[][..], true),
+                None => (None, members, self.drained_kept(index, channel)),
             }
         };
         // A pinned bot is an online member already.
-        pinned
-            .into_iter()
-            .chain(members.iter().copied().filter(|&b| index.is_online(b)))
+        pinned.into_iter().chain(
+            members
+                .iter()
+                .copied()
+                .filter(move |&b| index.is_online(b) && (keep_drained || !self.is_drained(b))),
+        )
     }
 }
 

@@ -1,7 +1,11 @@
-//! `auto-assign status` and `auto-assign explain`: a running service's state, from its API.
+//! `auto-assign status` and `auto-assign explain`: a running service's state, from its API;
+//! and the operator's commands (`pin`, `unpin`, `drain`, `undrain`, `pins`, `drains`,
+//! `rebalance [--dry-run]`, in [`operator`]). A change refused by a follower is sent once
+//! more to the leader the refusal names.
 
 use std::fmt::Write as _;
 
+pub mod operator;
 /// The JSON fleet snapshot `auto-assign plan` reads.
 pub mod snapshot;
 
@@ -11,6 +15,9 @@ use serde_json::Value;
 pub struct Remote {
     pub api: String,
     pub token: Option<String>,
+    /// The CA (PEM) an `https://` API's certificate is checked against, instead of the
+    /// system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Why a command could not answer.
@@ -24,36 +31,119 @@ pub enum RemoteError {
         status: u16,
         message: String,
     },
+    /// A follower's refusal, naming the leader's API.
+    #[error("{url}: HTTP 409: {message}")]
+    Leader {
+        url: String,
+        api: String,
+        message: String,
+    },
+}
+
+/// An HTTP method the commands use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Method {
+    Get,
+    Post,
+    Put,
+    Delete,
 }
 
 impl Remote {
     fn get(&self, path: &str) -> Result<Value, RemoteError> {
-        let url = format!("{}{path}", self.api.trim_end_matches('/'));
-        let agent = ureq::Agent::new_with_config(
-            ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(std::time::Duration::from_secs(10)))
-                .build(),
-        );
-        let mut request = agent.get(&url);
-        if let Some(token) = &self.token {
-            request = request.header("Authorization", &format!("Bearer {token}"));
+        self.call(Method::Get, path, None)
+    }
+
+    /// A request to `path` with an optional JSON body; a 2xx answer's JSON, or why not. A
+    /// follower's 409 that names the leader's API address is sent there once more.
+    pub(crate) fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, RemoteError> {
+        match self.call_at(&self.api, method, path, body) {
+            Err(RemoteError::Leader { api, .. }) if method != Method::Get => {
+                eprintln!("this instance follows; sending it to the leader at {api}");
+                self.call_at(&api, method, path, body)
+            }
+            Err(RemoteError::Leader { url, message, .. }) => Err(RemoteError::Refused {
+                url,
+                status: 409,
+                message,
+            }),
+            other => other,
         }
+    }
+
+    fn call_at(
+        &self,
+        api: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, RemoteError> {
+        let url = format!("{}{path}", api.trim_end_matches('/'));
         let unreachable = |why: String| RemoteError::Unreachable {
             url: url.clone(),
             why,
         };
-        let mut response = request.call().map_err(|e| unreachable(e.to_string()))?;
+        let mut config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(30)));
+        if let Some(ca) = &self.ca_file {
+            config = config.tls_config(tls_config(ca).map_err(&unreachable)?);
+        }
+        let agent = ureq::Agent::new_with_config(config.build());
+        let token = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let sent = match method {
+            Method::Get | Method::Delete => {
+                let mut request = if method == Method::Get {
+                    agent.get(&url)
+                } else {
+                    agent.delete(&url)
+                };
+                if let Some(token) = &token {
+                    request = request.header("Authorization", token);
+                }
+                request.call()
+            }
+            Method::Post | Method::Put => {
+                let mut request = if method == Method::Post {
+                    agent.post(&url)
+                } else {
+                    agent.put(&url)
+                };
+                if let Some(token) = &token {
+                    request = request.header("Authorization", token);
+                }
+                match body {
+                    Some(body) => request.send_json(body),
+                    None => request.send_empty(),
+                }
+            }
+        };
+        let mut response = sent.map_err(|e| unreachable(e.to_string()))?;
         let status = response.status().as_u16();
         let body: Value = response
             .body_mut()
             .read_json()
             .map_err(|e| unreachable(format!("not a JSON answer ({e})")))?;
-        if status != 200 {
+        let message = body["error"].as_str().unwrap_or("").to_owned();
+        if status == 409
+            && let Some(leader) = body["leader"]["api"].as_str()
+        {
+            return Err(RemoteError::Leader {
+                url,
+                api: leader.to_owned(),
+                message,
+            });
+        }
+        if !(200..300).contains(&status) {
             return Err(RemoteError::Refused {
                 url,
                 status,
-                message: body["error"].as_str().unwrap_or("").to_owned(),
+                message,
             });
         }
         Ok(body)
@@ -77,8 +167,26 @@ impl Remote {
     }
 }
 
+/// TLS trusting the CA certificates of a PEM file only.
+fn tls_config(ca: &std::path::Path) -> Result<ureq::tls::TlsConfig, String> {
+    use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+    let pem = std::fs::read(ca).map_err(|e| format!("--ca-file {}: {e}", ca.display()))?;
+    let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(PemItem::Certificate(c)) => Some(c.to_owned()),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err(format!("--ca-file {}: no certificate in it", ca.display()));
+    }
+    Ok(TlsConfig::builder()
+        .root_certs(RootCerts::Specific(std::sync::Arc::new(certs)))
+        .build())
+}
+
 /// A path segment with everything but unreserved characters percent-encoded.
-fn encode_segment(s: &str) -> String {
+pub(crate) fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
@@ -137,7 +245,7 @@ pub fn status_table(all: &Value) -> String {
                     } else {
                         "no"
                     },
-                    bot["load"],
+                    bot["load"].to_string(),
                     connection,
                 );
             }
@@ -155,6 +263,12 @@ pub fn status_table(all: &Value) -> String {
             );
         }
         None => out.push_str("no rebalance yet\n"),
+    }
+    let pins = status["pins"].as_array().map_or(0, Vec::len);
+    let drains = status["drains"].as_array().map_or(0, Vec::len);
+    if pins + drains > 0 {
+        out.push_str(&operator::pins_table(status));
+        out.push_str(&operator::drains_table(status));
     }
     let health = &all["health"];
     let store = &health["store"];

@@ -17,4 +17,6 @@ pub enum Control {
     Turn(Turn),
     /// The leader published a new version of the assignment.
     Followed,
+    /// The pins and drains the leader stored (read by a follower, which shows them).
+    Overrides(crate::operator::Overrides),
 }

@@ -63,7 +63,7 @@ impl Engine {
 
     /// Applies a fleet event to the index and asks for a rebalance when it can matter.
     fn apply(&mut self, event: FleetEvent) {
-        let enabled = self.config.rules.platform_enabled(event.platform());
+        let enabled = self.rules.platform_enabled(event.platform());
         let awaiting = self.phase == Phase::AwaitingSources;
         let cause = match &event {
             FleetEvent::BotOnline {

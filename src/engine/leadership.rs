@@ -19,8 +19,10 @@ impl Engine {
                 fence,
                 stored,
                 weights,
+                overrides,
             } => {
                 self.load_weights(weights);
+                self.set_overrides(overrides);
                 self.lead(fence, stored);
             }
             Turn::Follow => self.follow(),
@@ -34,7 +36,7 @@ impl Engine {
         let count = stored.len();
         load_assignment(&mut self.index, &self.outputs.view, stored);
         // The incremental planner's state belongs to the assignment it last planned.
-        self.planner = Planner::new(self.config.strategy, self.config.rules.clone());
+        self.planner = Planner::new(self.config.strategy, self.rules.clone());
         self.set_duty(Duty::Leader(fence));
         info!("leading in term {term} from {count} stored assignment(s)");
         self.request(Cause::Takeover);

@@ -28,6 +28,7 @@ mod events;
 mod forget;
 mod leadership;
 mod outputs;
+mod overrides;
 mod provisional;
 mod rebalance;
 mod record;
@@ -41,11 +42,13 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::balance::Planner;
+use crate::balance::{Planner, Rules};
 use crate::config::Config;
+use crate::dry_run::dry_run;
 use crate::engine_handle::Request;
 use crate::explain::explain;
 use crate::index::FleetIndex;
+use crate::operator::Overrides;
 use crate::source::FleetEvent;
 use crate::source::merge::SourceId;
 use crate::store::AssignmentRow;
@@ -73,6 +76,10 @@ enum Phase {
 
 pub struct Engine {
     config: Config,
+    /// The operators' pins and drains in force.
+    overrides: Overrides,
+    /// What the planner obeys: the config's rules, then the overrides.
+    rules: Rules,
     index: FleetIndex,
     planner: Planner,
     outputs: Outputs,
@@ -108,12 +115,18 @@ impl Engine {
         leadership::load_assignment(&mut index, &outputs.view, stored);
         outputs.view.set_exclusions(&config.rules.exclude);
         info!("loaded {count} stored assignment(s) as the previous assignment");
+        // Only a whole assignment is published: the view holds it from now on.
+        if let Some(publisher) = &outputs.publisher {
+            publisher.loaded();
+        }
         let duty = crate::leader::duty_at_start(config.leadership.as_ref());
         writer.set_duty(duty.clone());
         Self {
             duty,
             outputs,
             planner: Planner::new(config.strategy, config.rules.clone()),
+            overrides: Overrides::default(),
+            rules: config.rules.clone(),
             index,
             writer,
             phase: Phase::AwaitingSources,
@@ -149,6 +162,7 @@ impl Engine {
                 .due()
                 .filter(|_| self.phase == Phase::Planning && self.duty != Duty::Follower);
             let periodic = self.schedule.next_periodic();
+            let override_end = self.next_override_end();
             // A run already due (a zero delay) starts at once, after the events and messages
             // already queued (the select is biased towards them): a timer set to now fires only
             // at the timer's next tick, up to a millisecond later.
@@ -178,6 +192,9 @@ impl Engine {
                     self.schedule.periodic_fired(&self.config);
                     self.request(Cause::Schedule);
                 }
+                _ = sleep_until(override_end.unwrap_or_else(schedule::far_future)), if override_end.is_some() => {
+                    self.expire_overrides();
+                }
             }
         }
         self.schedule.stop().await;
@@ -196,6 +213,11 @@ impl Engine {
             }
             Control::Turn(turn) => self.take_turn(turn),
             Control::Followed => self.mirror_publication(),
+            Control::Overrides(overrides) => {
+                if self.duty == Duty::Follower && overrides != self.overrides {
+                    self.set_overrides(overrides);
+                }
+            }
             Control::Schedule => self.request(Cause::Schedule),
             Control::Config(new) => self.reload(*new, control_tx).await,
         }
@@ -214,8 +236,26 @@ impl Engine {
                 channel,
                 reply,
             } => {
-                let explanation = explain(&self.index, &self.config.rules, &platform, &channel);
+                let explanation = explain(
+                    &self.index,
+                    &self.rules,
+                    &self.overrides,
+                    &platform,
+                    &channel,
+                );
                 let _ = reply.send(explanation);
+            }
+            Request::Override { change, by, reply } => {
+                let _ = reply.send(self.change_override(change, by));
+            }
+            Request::Overrides { reply } => {
+                let _ = reply.send(self.overrides_now());
+            }
+            Request::DryRun { reply } => {
+                self.fold_traffic();
+                let (index, rules, strategy) = (&self.index, &self.rules, self.config.strategy);
+                let run = rebalance::off_the_runtime(|| dry_run(index, rules, strategy));
+                let _ = reply.send(run);
             }
         }
     }

@@ -10,8 +10,9 @@ use tracing::info;
 use super::{Engine, Phase, record};
 use crate::balance::provisional::{self, Stored};
 use crate::index::{ChanIx, FleetIndex};
+use crate::operator::{Drain, Pin};
 use crate::source::FleetEvent;
-use crate::store::Batch;
+use crate::store::{Batch, OverrideChange};
 
 /// Channels the last events may have left without a valid bot, and the moves made at once
 /// since the last rebalance.
@@ -57,6 +58,36 @@ impl Unattended {
         }
     }
 
+    /// Notes the channels an operator's change concerns: a pinned or released group, a drained
+    /// or undrained bot's groups.
+    pub(super) fn note_override(&mut self, index: &FleetIndex, change: &OverrideChange) {
+        let (platform, noted) = match change {
+            OverrideChange::Pin(Pin {
+                platform, channel, ..
+            })
+            | OverrideChange::Unpin { platform, channel } => {
+                let Some(p) = index.platform(platform) else {
+                    return;
+                };
+                (platform, p.find_channel(channel).into_iter().collect())
+            }
+            OverrideChange::Drain(Drain { platform, bot, .. })
+            | OverrideChange::Undrain { platform, bot } => {
+                let Some(p) = index.platform(platform) else {
+                    return;
+                };
+                let channels = p.find_bot(bot).map(|b| p.channels_of(b).to_vec());
+                (platform, channels.unwrap_or_default())
+            }
+        };
+        if !noted.is_empty() {
+            self.channels
+                .entry(platform.clone())
+                .or_default()
+                .extend(noted);
+        }
+    }
+
     /// The moves made at once on `platform` since the last rebalance.
     pub(super) fn moves(&self, platform: &str) -> usize {
         self.moves.get(platform).copied().unwrap_or(0)
@@ -85,13 +116,11 @@ impl Engine {
         let mut batch = Batch::default();
         let mut shown = self.outputs.changes();
         for (platform, mut channels) in unattended {
-            if self.index.platform(&platform).is_none()
-                || !self.config.rules.platform_enabled(&platform)
-            {
+            if self.index.platform(&platform).is_none() || !self.rules.platform_enabled(&platform) {
                 continue;
             }
             let p = self.index.platform_mut(&platform);
-            let resolved = self.config.rules.resolve(p);
+            let resolved = self.rules.resolve(p);
             let reported: Vec<bool> = match self.phase {
                 Phase::Planning => Vec::new(),
                 Phase::AwaitingSources => (0..p.bot_count() as u32)

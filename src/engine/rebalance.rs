@@ -47,10 +47,14 @@ impl Engine {
     }
 }
 
-/// Plans without stalling the runtime's other tasks (on a multi-thread runtime the worker
-/// hands them over while the planner runs).
+/// Plans without stalling the runtime's other tasks.
 fn plan_off_the_runtime(planner: &mut Planner, index: &mut FleetIndex) -> Plan {
-    let mut run = || planner.plan(index);
+    off_the_runtime(|| planner.plan(index))
+}
+
+/// Runs a long computation without stalling the runtime's other tasks (on a multi-thread
+/// runtime the worker hands them over while it runs).
+pub(super) fn off_the_runtime<T>(run: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
         _ => run(),

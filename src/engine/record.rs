@@ -62,6 +62,7 @@ impl Engine {
             ),
             runs: Vec::new(),
             weights: weight_writes(weights, self.outputs.clock.unix_ms()),
+            overrides: Vec::new(),
         };
         let mut platforms = Vec::new();
         for p in &plan.platforms {

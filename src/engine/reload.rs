@@ -31,11 +31,11 @@ impl Engine {
             != (self.config.balance_interval, &self.config.balance_cron);
         if new.strategy != self.config.strategy {
             self.planner = Planner::new(new.strategy, new.rules.clone());
-        } else {
-            self.planner.set_rules(&new.rules);
         }
         self.traffic.set_settings(&new.weights);
         self.config = new;
+        // The config's rules, then the operators' overrides.
+        self.rules_changed();
         self.outputs.view.set_exclusions(&self.config.rules.exclude);
         info!("{}: config reloaded", self.config.path.display());
         if schedule_changed {

@@ -47,7 +47,7 @@ impl Engine {
         let Some(p) = self.index.platform(platform) else {
             return Vec::new();
         };
-        let resolved = self.config.rules.resolve(p);
+        let resolved = self.rules.resolve(p);
         (0..p.channel_count() as ChanIx)
             .filter(|&c| !resolved.is_excluded(c))
             .map(|c| ChannelWeight {

@@ -33,6 +33,7 @@ use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::operator::Overrides;
 use crate::redis_conn::{Conn, Redis};
 use crate::secret::SecretUrl;
 use crate::store::writer::WriteStatus;
@@ -54,6 +55,8 @@ pub enum Turn {
         stored: Vec<AssignmentRow>,
         /// The channel weights the last leader stored.
         weights: Vec<WeightWrite>,
+        /// The operators' pins and drains in force.
+        overrides: Overrides,
     },
     Follow,
 }
@@ -96,6 +99,8 @@ pub struct Parts {
     pub turns: mpsc::Sender<Turn>,
     /// The writer's status: a fenced commit means this term is over.
     pub writes: watch::Receiver<WriteStatus>,
+    /// This instance's API address, recorded with each term it leads (followers name it).
+    pub api: Option<String>,
 }
 
 /// Starts campaigning.
@@ -134,6 +139,7 @@ pub fn start(parts: Parts) -> Result<Leadership, String> {
     let release = CancellationToken::new();
     let campaign = Campaign {
         instance: instance.clone(),
+        api: parts.api,
         ttl: parts.settings.lease_ttl.get(),
         lease,
         store: parts.store,
@@ -153,6 +159,8 @@ pub fn start(parts: Parts) -> Result<Leadership, String> {
 
 struct Campaign {
     instance: String,
+    /// This instance's API address, recorded with its terms.
+    api: Option<String>,
     ttl: Duration,
     lease: Lease,
     store: SqlStore,
@@ -270,6 +278,7 @@ impl Campaign {
         let fence = Fence {
             term,
             holder: self.instance.clone(),
+            api: self.api.clone(),
         };
         let renew_every = self.ttl / 3;
         let mut next_renewal = Instant::now() + renew_every;
@@ -283,17 +292,19 @@ impl Campaign {
                 let read = async {
                     self.store.commit(&Batch::default(), Some(&fence)).await?;
                     let stored = self.store.load_assignments().await?;
-                    Ok::<_, StoreError>((stored, self.store.load_weights().await?))
+                    let weights = self.store.load_weights().await?;
+                    Ok::<_, StoreError>((stored, weights, self.store.load_overrides().await?))
                 };
                 match timeout(renew_every, read).await {
                     Ok(Err(e)) if e.kind == Failure::Fenced => {
                         return Ended::Lost(e.message);
                     }
-                    Ok(Ok((stored, weights))) => {
+                    Ok(Ok((stored, weights, overrides))) => {
                         let lead = Turn::Lead {
                             fence: fence.clone(),
                             stored,
                             weights,
+                            overrides,
                         };
                         if self.turns.send(lead).await.is_err() {
                             return Ended::Released;

@@ -8,7 +8,8 @@
 //! 4. the `fanout` lane lets every bot handle;
 //! 5. in a group with an online assignee (not excluded), only the assignee handles: an
 //!    in-memory lookup, no Redis round trip;
-//! 6. otherwise (unassigned, excluded, assignee offline) the first claimer of the message
+//! 6. in a group an operator holds with no assignee, nobody handles;
+//! 7. otherwise (unassigned, excluded, assignee offline) the first claimer of the message
 //!    signature `(group, user, plaintext, time)` wins, Pallas-compatible.
 //!
 //! In a federate pool, messages from other deployments' bots (or @-mentioning only them) are
@@ -128,6 +129,8 @@ pub enum Reason {
     OwnedByDeployment(String),
     Assignee,
     AssignedToAnotherBot,
+    /// An operator holds the group with no assignee: nobody handles it.
+    Held,
     /// No online assignee: the first claimer of the message handles it.
     Claim {
         because: NoAssignee,
@@ -151,7 +154,7 @@ pub enum NoAssignee {
 
 impl Reason {
     /// Every [`Reason::kind`], at its [`Reason::kind_index`].
-    pub const KINDS: [&'static str; 14] = [
+    pub const KINDS: [&'static str; 15] = [
         "fleet_bot",
         "peer_bot",
         "private",
@@ -166,6 +169,7 @@ impl Reason {
         "assigned_elsewhere",
         "claim",
         "pool_claim",
+        "held",
     ];
 
     /// A short, stable label (the metrics' `reason`): `assignee`, `claim`, `pool_claim`, ...
@@ -190,6 +194,7 @@ impl Reason {
             Reason::AssignedToAnotherBot => 11,
             Reason::Claim { .. } => 12,
             Reason::Pool { .. } => 13,
+            Reason::Held => 14,
         }
     }
 
@@ -206,6 +211,7 @@ impl Reason {
             Reason::PeerDeclaresCommand => "a deployment that declares this command takes it",
             Reason::Assignee => "assignee",
             Reason::AssignedToAnotherBot => "assigned to another bot",
+            Reason::Held => "held with no assignee by an operator",
             Reason::GroupAdminOwner { .. }
             | Reason::OwnedByDeployment(_)
             | Reason::Claim { .. }
@@ -386,6 +392,8 @@ impl Ingress {
                 return decision(me, why, Some(bot));
             }
             Route::Excluded { assignee } => (NoAssignee::Excluded, assignee),
+            // On purpose: nobody, claim or not (an @-mention was decided above).
+            Route::Held => return decision(false, Reason::Held, None),
             Route::Unassigned => (NoAssignee::Unassigned, None),
             Route::Offline(bot) => (NoAssignee::AssigneeOffline, Some(bot)),
         };

@@ -33,6 +33,10 @@ enum Job {
     Changes(Changes),
     /// A new duty: a new leader publishes everything at once; a follower nothing.
     Duty(Duty),
+    /// The view holds the whole assignment (the stored one, loaded at start): publishing may
+    /// begin. Before, the view may be empty or half loaded, and a full republish of it would
+    /// replace the published hashes with too little.
+    Loaded,
 }
 
 #[derive(Clone)]
@@ -45,6 +49,9 @@ pub struct Publisher {
 #[derive(Default)]
 pub struct PublishStatus {
     inner: Mutex<(i64, Option<Instant>)>,
+    /// Times the published hashes were found not to hold the view's assignment (and were
+    /// published again).
+    repaired: std::sync::atomic::AtomicU64,
 }
 
 impl PublishStatus {
@@ -61,6 +68,11 @@ impl PublishStatus {
     fn published(&self, version: i64) {
         *self.inner.lock() = (version, None);
     }
+
+    /// Times the published hashes differed from the assignment and were published again.
+    pub fn repaired(&self) -> u64 {
+        self.repaired.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Publisher {
@@ -73,6 +85,11 @@ impl Publisher {
     /// From now on publishes as `duty` says.
     pub fn set_duty(&self, duty: Duty) {
         let _ = self.tx.send(Job::Duty(duty));
+    }
+
+    /// The view holds the whole assignment now: nothing is published before.
+    pub fn loaded(&self) {
+        let _ = self.tx.send(Job::Loaded);
     }
 
     /// Starts the publishing task.
@@ -152,6 +169,10 @@ async fn run(
     let incremental_script = redis::Script::new(&format!("{FENCE}{INCREMENTAL}"));
     let swap_script = redis::Script::new(&format!("{FENCE}{SWAP}"));
     let mut dirty = true;
+    let mut loaded = false;
+    // A platform whose hash did not hold the assignment at the last check: repaired when it
+    // still does not at the next one (a change in flight between the two reads is no fault).
+    let mut suspect: Option<String> = None;
     let mut back = false;
     let mut version: i64 = 0;
     let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY, Jitter::None);
@@ -169,6 +190,7 @@ async fn run(
                     merged.clear();
                     version = 0;
                 }
+                Job::Loaded => loaded = true,
             }
         };
         tokio::select! {
@@ -185,6 +207,11 @@ async fn run(
             take(job, &mut merged);
         }
         dirty |= std::mem::take(&mut back);
+        if !loaded {
+            // Everything is published in full once the view is whole.
+            merged.clear();
+            continue;
+        }
         let Some(term) = duty.writing_term() else {
             merged.clear();
             status.published(version);
@@ -202,7 +229,27 @@ async fn run(
                 .query_async(&mut conn)
                 .await;
             match stored {
-                Ok(v) if v == Some(version) => {}
+                Ok(v) if v == Some(version) => {
+                    // The version is ours: do the hashes hold the view's assignment? (An
+                    // outside write, or a bug: repaired, and counted for `/healthz`.)
+                    let differing = if merged.is_empty() {
+                        differing_platform(&mut conn, &view, &keys).await
+                    } else {
+                        None
+                    };
+                    let confirmed = differing.is_some() && differing == suspect;
+                    suspect = differing;
+                    if confirmed && let Some(platform) = suspect.take() {
+                        warn!(
+                            "redis: {} does not hold the assignment; republishing everything",
+                            keys.assignment(&platform)
+                        );
+                        status
+                            .repaired
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        dirty = true;
+                    }
+                }
                 Ok(_) => {
                     warn!(
                         "redis: {} is not what was published last; republishing everything",
@@ -260,6 +307,22 @@ async fn run(
             }
         }
     }
+}
+
+/// A platform whose published hash does not hold as many channels as the view assigns, if
+/// any (one `HLEN` per platform: cheap enough for every check).
+async fn differing_platform(conn: &mut Conn, view: &View, keys: &Keys) -> Option<String> {
+    for platform in view.platforms() {
+        let published: redis::RedisResult<usize> = redis::cmd("HLEN")
+            .arg(keys.assignment(&platform))
+            .query_async(conn)
+            .await;
+        match published {
+            Ok(n) if n != view.assigned_count(&platform) => return Some(platform),
+            _ => {}
+        }
+    }
+    None
 }
 
 fn merge(merged: &mut BTreeMap<(String, String), Option<String>>, changes: Changes) {

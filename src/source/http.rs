@@ -9,6 +9,14 @@
 //! and the reporter sends its full state again. How a bot reported by several sources is
 //! combined is [`super::merge`]'s business.
 //!
+//! A reporter that follows the assignment stream naming itself
+//! (`GET /v1/assignments/stream?reporter={name}`) is watched through it as well: the kernel
+//! closes a dead process's connections at once, so when every stream of a reporter has closed
+//! and none comes back within `streamGrace` (half a second), its bots go offline then, not
+//! after `offlineGrace` of silence. A process killed (a crash, an OOM kill, `kill -9`) thus
+//! costs its groups well under a second; a stream that reconnects within the grace costs
+//! nothing.
+//!
 //! A reporter also sends how many messages each channel received since its last report
 //! (`{"type": "messages", "platform": …, "counts": {channel: n}}`, each message counted once
 //! however many of its bots saw it): they go to the channel weights (see `crate::traffic`),
@@ -37,6 +45,9 @@ use crate::yaml::{AtLeast, Seconds};
 pub struct Settings {
     /// A reporter silent this long is gone and its bots offline.
     pub offline_grace: Seconds<1000>,
+    /// A reporter whose assignment streams have all closed, and none came back for this long,
+    /// is gone and its bots offline.
+    pub stream_grace: Seconds<50>,
     /// How long the first rebalance waits for reporters to send their fleets.
     pub startup_wait: Seconds<0>,
     /// Larger bodies on the `/v1/fleet` routes get 413 (a full state carries every group).
@@ -51,6 +62,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             offline_grace: Seconds::secs(30),
+            stream_grace: Seconds::millis(500),
             startup_wait: Seconds::secs(10),
             max_body_bytes: AtLeast(16 << 20),
             max_bots_per_reporter: AtLeast(1000),
@@ -143,6 +155,44 @@ struct Reporter {
     /// Bots this reporter reports online: (platform, id).
     online: BTreeSet<(String, String)>,
     last_seen: Instant,
+    /// Whether it sent its full state (a stream alone makes no reporter of it).
+    reported: bool,
+    /// Its assignment streams open now.
+    streams: usize,
+    /// Since when none is open, once one was.
+    streams_lost: Option<Instant>,
+}
+
+/// An assignment stream a reporter follows: while one is open the reporter is alive; when
+/// the last one drops, its grace starts.
+pub struct StreamGuard {
+    reporters: Reporters,
+    name: Arc<str>,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let mut inner = self.reporters.inner.lock();
+        let reporter = inner
+            .entry(self.name.clone())
+            .or_insert_with(|| Reporter::new(Instant::now()));
+        reporter.streams = reporter.streams.saturating_sub(1);
+        if reporter.streams == 0 {
+            reporter.streams_lost = Some(Instant::now());
+        }
+    }
+}
+
+impl Reporter {
+    fn new(last_seen: Instant) -> Reporter {
+        Reporter {
+            online: BTreeSet::new(),
+            last_seen,
+            reported: false,
+            streams: 0,
+            streams_lost: None,
+        }
+    }
 }
 
 impl Reporters {
@@ -178,12 +228,10 @@ impl Reporters {
             let mut inner = self.inner.lock();
             let reporter = inner.entry(name.into()).or_insert_with(|| {
                 info!("fleet reporter {}: connected", cut(name));
-                Reporter {
-                    online: BTreeSet::new(),
-                    last_seen: Instant::now(),
-                }
+                Reporter::new(Instant::now())
             });
             reporter.last_seen = Instant::now();
+            reporter.reported = true;
             let gone = reporter.online.difference(&now_online).cloned().collect();
             reporter.online = now_online;
             gone
@@ -221,6 +269,7 @@ impl Reporters {
             let mut inner = self.inner.lock();
             let reporter = inner
                 .get_mut(name)
+                .filter(|r| r.reported)
                 .ok_or_else(|| ReportError::UnknownReporter(cut(name).to_string()))?;
             reporter.last_seen = Instant::now();
             for event in events.events {
@@ -279,15 +328,47 @@ impl Reporters {
         let mut inner = self.inner.lock();
         let reporter = inner
             .get_mut(name)
+            .filter(|r| r.reported)
             .ok_or_else(|| ReportError::UnknownReporter(cut(name).to_string()))?;
         reporter.last_seen = Instant::now();
         Ok(())
     }
 
+    /// An assignment stream follows reporter `name` (which may not have reported yet): it is
+    /// alive while the stream is open.
+    pub fn stream_opened(&self, name: &str) -> StreamGuard {
+        let mut inner = self.inner.lock();
+        let reporter = inner
+            .entry(name.into())
+            .or_insert_with(|| Reporter::new(Instant::now()));
+        reporter.streams += 1;
+        reporter.streams_lost = None;
+        StreamGuard {
+            reporters: self.clone(),
+            name: name.into(),
+        }
+    }
+
     /// A reporter stops cleanly: its bots go offline now, not after the grace period.
     pub async fn remove(&self, name: &str, why: &str) -> Result<bool, ReportError> {
-        let Some(reporter) = self.inner.lock().remove(name) else {
-            return Ok(false);
+        let reporter = {
+            let mut inner = self.inner.lock();
+            if !inner.get(name).is_some_and(|r| r.reported) {
+                // Never reported (a stream alone): nothing to take offline. Its entry goes
+                // once no stream is open either.
+                if inner.get(name).is_some_and(|r| r.streams == 0) {
+                    inner.remove(name);
+                }
+                return Ok(false);
+            }
+            let reporter = inner.remove(name).expect("just looked up");
+            // A stream still open keeps watching it: it comes back with its next full state.
+            if reporter.streams > 0 {
+                let mut watched = Reporter::new(Instant::now());
+                watched.streams = reporter.streams;
+                inner.insert(name.into(), watched);
+            }
+            reporter
         };
         info!("fleet reporter {}: {why}", cut(name));
         let events = reporter
@@ -299,25 +380,43 @@ impl Reporters {
         Ok(true)
     }
 
-    /// Takes reporters silent for longer than the grace period offline, until `shutdown`.
+    /// Takes reporters offline when they have been silent for longer than `offlineGrace`, or
+    /// their streams have all been closed for longer than `streamGrace`, until `shutdown`.
     pub async fn expire(self, shutdown: CancellationToken) {
         let grace = self.settings.offline_grace.get();
-        let mut tick = tokio::time::interval(Duration::from_secs(1).min(grace));
+        let stream_grace = self.settings.stream_grace.get();
+        // Often enough to see a closed stream's grace end within a tenth of it.
+        let every = Duration::from_secs(1)
+            .min(grace)
+            .min(stream_grace / 10)
+            .max(Duration::from_millis(10));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let silent: Vec<Arc<str>> = {
+            let gone: Vec<(Arc<str>, String)> = {
                 let inner = self.inner.lock();
                 inner
                     .iter()
-                    .filter(|(_, r)| r.last_seen.elapsed() > grace)
-                    .map(|(name, _)| name.clone())
+                    .filter_map(|(name, r)| {
+                        let why = if r.streams_lost.is_some_and(|t| t.elapsed() > stream_grace) {
+                            format!(
+                                "its assignment stream closed and did not come back within \
+                                 {stream_grace:?}; its bots are offline"
+                            )
+                        } else if r.reported && r.last_seen.elapsed() > grace {
+                            format!("silent for more than {grace:?}; its bots are offline")
+                        } else {
+                            return None;
+                        };
+                        Some((name.clone(), why))
+                    })
                     .collect()
             };
-            for name in silent {
-                let why = format!("silent for more than {grace:?}; its bots are offline");
+            for (name, why) in gone {
                 if self.remove(&name, &why).await.is_err() {
                     return;
                 }

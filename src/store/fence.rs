@@ -8,6 +8,8 @@
 pub struct Fence {
     pub term: i64,
     pub holder: String,
+    /// The holder's API address, recorded with the term so a follower can name it.
+    pub api: Option<String>,
 }
 
 /// What this instance does with its plans, for the engine, the store writer and the

@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{AssignmentRow, Batch, Failure, Fence, RunRecord, Store, StoreError, WeightWrite};
+use super::{
+    AssignmentRow, Batch, Failure, Fence, OverrideChange, RunRecord, Store, StoreError, WeightWrite,
+};
+use crate::operator::Overrides;
 
 #[derive(Clone, Default)]
 pub struct MemoryStore {
@@ -20,6 +23,7 @@ struct State {
     /// (platform, channel) → (weight, at_ms).
     weights: BTreeMap<(String, String), (f64, i64)>,
     runs: Vec<RunRecord>,
+    overrides: Overrides,
     failing: Option<Failure>,
     commits: usize,
     term: i64,
@@ -78,6 +82,10 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn load_overrides(&self) -> Result<Overrides, StoreError> {
+        Ok(self.state().overrides.clone())
+    }
+
     async fn commit(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError> {
         let mut state = self.state();
         if let Some(kind) = state.failing {
@@ -109,6 +117,22 @@ impl Store for MemoryStore {
             state
                 .weights
                 .insert((w.platform.clone(), w.channel.clone()), (w.weight, w.at_ms));
+        }
+        for o in &batch.overrides {
+            match &o.change {
+                OverrideChange::Pin(pin) => {
+                    state.overrides.pin(pin.clone());
+                }
+                OverrideChange::Unpin { platform, channel } => {
+                    state.overrides.unpin(platform, channel);
+                }
+                OverrideChange::Drain(drain) => {
+                    state.overrides.drain(drain.clone());
+                }
+                OverrideChange::Undrain { platform, bot } => {
+                    state.overrides.undrain(platform, bot);
+                }
+            }
         }
         state.runs.extend(batch.runs.iter().cloned());
         state.commits += 1;

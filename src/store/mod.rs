@@ -22,6 +22,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 pub use sql::SqlStore;
 
+use crate::operator::{Drain, Overrides, Pin};
 use crate::secret::{SecretUrl, redact_url};
 use crate::yaml::Seconds;
 
@@ -87,6 +88,31 @@ impl DatabaseUrl {
     }
 }
 
+impl DatabaseUrl {
+    /// The files the URL names (`sslrootcert`, `sslcert`, `sslkey`, `ssl-ca`, `ssl-cert`,
+    /// `ssl-key`), read when the service connects.
+    pub fn files(&self) -> Vec<PathBuf> {
+        let url = match self {
+            DatabaseUrl::Sqlite(_) => return Vec::new(),
+            DatabaseUrl::Postgres(url) | DatabaseUrl::Mysql(url) => url.expose(),
+        };
+        let Some((_, query)) = url.split_once('?') else {
+            return Vec::new();
+        };
+        query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .filter(|(key, _)| {
+                matches!(
+                    *key,
+                    "sslrootcert" | "sslcert" | "sslkey" | "ssl-ca" | "ssl-cert" | "ssl-key"
+                )
+            })
+            .map(|(_, path)| PathBuf::from(path))
+            .collect()
+    }
+}
+
 impl<'de> Deserialize<'de> for DatabaseUrl {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         crate::yaml::checked_str(d, DatabaseUrl::parse)
@@ -132,6 +158,8 @@ pub trait Store: Send + Sync + 'static {
     /// Every stored channel weight, as last written (a reader decays each by the time since
     /// its `at_ms`).
     fn load_weights(&self) -> impl Future<Output = Result<Vec<WeightWrite>, StoreError>> + Send;
+    /// An operator's pins and drains in force (ended ones are removed as they end).
+    fn load_overrides(&self) -> impl Future<Output = Result<Overrides, StoreError>> + Send;
     /// Writes a batch in one transaction: all of it or nothing. With a `fence`, the
     /// transaction first raises the stored term to the fence's, and fails with
     /// [`Failure::Fenced`] (writing nothing) when the stored term is already higher: a newer
@@ -207,18 +235,56 @@ pub struct PlatformRecord {
     pub gap: Option<f64>,
 }
 
-/// What one transaction writes: changed channel rows, channel weights and history records.
+/// What an operator changed: a pin or a drain set (replacing any before it) or ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OverrideChange {
+    Pin(Pin),
+    Unpin { platform: String, channel: String },
+    Drain(Drain),
+    Undrain { platform: String, bot: String },
+}
+
+/// The audit record of an operator's change: when, what, by which credential, with the note.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRecord {
+    pub at_ms: i64,
+    /// `pin`, `hold`, `unpin`, `pin-expired`, `drain`, `undrain`, `drain-expired`.
+    pub action: String,
+    pub platform: String,
+    /// The group (pins) or the bot (drains).
+    pub target: String,
+    /// The pinned bot.
+    pub bot: Option<String>,
+    pub until_ms: Option<i64>,
+    pub note: Option<String>,
+    pub by: String,
+}
+
+/// An operator's change and its audit record, written together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OverrideWrite {
+    pub change: OverrideChange,
+    pub audit: AuditRecord,
+}
+
+/// What one transaction writes: changed channel rows, channel weights, an operator's changes
+/// and history records.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
     pub writes: Vec<ChannelWrite>,
     pub runs: Vec<RunRecord>,
     /// At most one per (platform, channel) is written: the last one.
     pub weights: Vec<WeightWrite>,
+    /// In the order they were made.
+    pub overrides: Vec<OverrideWrite>,
 }
 
 impl Batch {
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.runs.is_empty() && self.weights.is_empty()
+        self.writes.is_empty()
+            && self.runs.is_empty()
+            && self.weights.is_empty()
+            && self.overrides.is_empty()
     }
 }
 
@@ -235,6 +301,8 @@ pub struct Pending {
     rows: hashbrown::HashTable<usize>,
     runs: Vec<RunRecord>,
     weights: PendingWeights,
+    /// Every operator's change, in order (each is a few rows: kept as made).
+    overrides: Vec<OverrideWrite>,
 }
 
 /// Weights not committed yet, the last of each channel, kept the way the rows are: a batch
@@ -297,7 +365,10 @@ fn row_hash(platform: &str, channel: &str) -> u64 {
 
 impl Pending {
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.runs.is_empty() && self.weights.weights.is_empty()
+        self.writes.is_empty()
+            && self.runs.is_empty()
+            && self.weights.weights.is_empty()
+            && self.overrides.is_empty()
     }
 
     pub fn rows(&self) -> usize {
@@ -328,6 +399,7 @@ impl Pending {
         }
         self.runs.extend(batch.runs);
         self.weights.merge(batch.weights);
+        self.overrides.extend(batch.overrides);
     }
 
     fn index_rows(&mut self) {
@@ -391,6 +463,7 @@ impl Pending {
             writes: newer.writes,
             runs: Vec::new(),
             weights: newer.weights.weights,
+            overrides: newer.overrides,
         });
         self.runs.extend(newer.runs);
     }
@@ -401,6 +474,7 @@ impl Pending {
             writes: pending.writes,
             runs: pending.runs,
             weights: pending.weights.weights,
+            overrides: pending.overrides,
         }
     }
 
@@ -426,6 +500,13 @@ impl Pending {
         }
         if self.weights() > 0 {
             shown.push(format!("{} weight row(s)", self.weights()));
+        }
+        for o in &self.overrides {
+            let a = &o.audit;
+            shown.push(format!(
+                "{} {}:{} by {}",
+                a.action, a.platform, a.target, a.by
+            ));
         }
         shown.join(", ")
     }

@@ -374,6 +374,7 @@ mod tests {
                 platforms: vec![],
             }],
             weights: vec![],
+            overrides: vec![],
         }
     }
 
@@ -471,6 +472,7 @@ mod tests {
             writer.set_duty(Duty::Leader(Fence {
                 term,
                 holder: format!("instance-{term}"),
+                api: None,
             }));
             writer
         };
@@ -482,6 +484,7 @@ mod tests {
         let fence = Fence {
             term: 2,
             holder: "instance-2".into(),
+            api: None,
         };
         store.commit(&Batch::default(), Some(&fence)).await.unwrap();
         let new = leader(2);

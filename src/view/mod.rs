@@ -97,6 +97,9 @@ pub enum Route {
         assignee: Option<Arc<str>>,
     },
     Unassigned,
+    /// Held by an operator with no assignee on purpose: nobody handles it by assignment or
+    /// claim.
+    Held,
     /// Assigned to this bot, which is offline now.
     Offline(Arc<str>),
     /// Assigned to this bot, online.
@@ -423,6 +426,20 @@ impl View {
         self.publish_routes(|routes| routes.excluded = excluded);
     }
 
+    /// The channels an operator holds with no assignee, as (platform, channel).
+    pub fn set_holds<'a>(&self, holds: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let _state = self.write();
+        let mut held = Exclusions::default();
+        for (platform, channel) in holds {
+            held.full
+                .entry(platform.into())
+                .or_default()
+                .insert(channel.into());
+        }
+        let held = Arc::new(held);
+        self.publish_routes(|routes| routes.held = held);
+    }
+
     pub fn assignee(&self, platform: &str, channel: &str) -> Option<String> {
         self.with_assignee(platform, channel, |_, bot| bot.map(|b| b.name.to_string()))
     }
@@ -438,6 +455,7 @@ impl View {
                 };
             }
             match bot {
+                None if routes.held.contains(platform, channel) => Route::Held,
                 None => Route::Unassigned,
                 Some(b) if b.presence() == Presence::Online => Route::Online(b.name.clone()),
                 Some(b) => Route::Offline(b.name.clone()),
@@ -474,6 +492,16 @@ impl View {
         let mut out = self.assignment_of(&state, platform);
         out.sort_unstable();
         out
+    }
+
+    /// How many channels of `platform` have an assignee.
+    pub fn assigned_count(&self, platform: &str) -> usize {
+        let _state = self.read();
+        let routes = self.routes.load();
+        routes
+            .platforms
+            .get(platform)
+            .map_or(0, |tables| tables.channels.assigned().count())
     }
 
     /// (bot, online, load) for every known bot of a platform, sorted by bot.

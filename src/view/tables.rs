@@ -16,6 +16,8 @@ use crate::model::canonical_number;
 pub(super) struct Routes {
     pub(super) platforms: FxHashMap<Box<str>, Tables>,
     pub(super) excluded: Arc<Exclusions>,
+    /// Channels an operator holds with no assignee (full keys only).
+    pub(super) held: Arc<Exclusions>,
 }
 
 #[derive(Default)]

@@ -275,6 +275,7 @@ const FLOORS: &[&[&str]] = &[
         "pages",
         "presence",
         "file_watch",
+        "operator",
     ],
     // Shared infrastructure and the core's data: the Redis connection, the store (with the
     // leader's fence), the fleet index, the view, the triggers.
@@ -282,7 +283,7 @@ const FLOORS: &[&[&str]] = &[
     // The planner, message counts, the Redis publication.
     &["balance", "traffic", "publication"],
     // Parts built on those.
-    &["explain", "pallas", "leader", "cli"],
+    &["explain", "dry_run", "pallas", "leader", "cli"],
     &["source", "status", "metrics", "engine_handle", "testkit"],
     // The shell.
     &["api"],

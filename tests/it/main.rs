@@ -8,10 +8,11 @@
 //! * The planner: `balance_props`, `certified`, `weighted_props` (property tests against
 //!   independent oracles), `plan_cli`.
 //! * The service: `service`, `reporters`, `onebot`, `no_silent_group`, `weights`, `hostile`,
-//!   `http`, `operators`, `grafana`.
+//!   `http`, `operator` (pins, drains, dry runs), `operators` (what they see), `grafana`.
 //! * Its stores and Redis: `store_layout`, `store_weights`, `tls_sql`, `redis_api`,
 //!   `redis_tls`, `redis_consumer`.
 //! * Several instances and Pallas-Bot: `several`, `federate`, `pallas_vectors`.
+//! * Deploying: `deploy` (secrets from the environment, `check`, token roles, `/readyz`).
 //! * The code and the docs: `architecture`, `config_reference`, `docs`.
 
 mod support;
@@ -20,6 +21,7 @@ mod architecture;
 mod balance_props;
 mod certified;
 mod config_reference;
+mod deploy;
 mod docs;
 mod federate;
 mod grafana;
@@ -27,6 +29,7 @@ mod hostile;
 mod http;
 mod no_silent_group;
 mod onebot;
+mod operator;
 mod operators;
 mod pallas_vectors;
 mod plan_cli;

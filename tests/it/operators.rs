@@ -456,6 +456,62 @@ fn the_dashboard_shows_the_fleet_and_follows_it_live() {
             .as_str()
             .is_some_and(|t| t.contains("balanced"))
     });
+
+    // Pins and drains from the page, with the token; the service holds them.
+    browser.run(
+        "document.getElementById('pin-group').value = '100005'; \
+         document.getElementById('pin-bot').value = '1001'; \
+         document.getElementById('pin-note').value = 'VIP'; \
+         document.getElementById('pin-form').requestSubmit(); \
+         document.getElementById('drain-bot').value = '1002'; \
+         document.getElementById('drain-form').requestSubmit(); return true",
+    );
+    eventually(
+        "the page's pin and drain in force",
+        Duration::from_secs(10),
+        || {
+            let pins = get(&format!("{api}/v1/pins"), Some(TOKEN)).1;
+            let drains = get(&format!("{api}/v1/drains"), Some(TOKEN)).1;
+            pins["pins"][0]["channel"] == "100005"
+                && pins["pins"][0]["note"] == "VIP"
+                && drains["drains"][0]["bot"] == "1002"
+        },
+    );
+    eventually("the page lists them", Duration::from_secs(10), || {
+        browser.run(
+            "return !!document.querySelector('#pins tr[data-group=\"onebot:100005\"]') && \
+             !!document.querySelector('#drains tr[data-bot=\"onebot:1002\"]')",
+        ) == true
+    });
+    // A dry run, shown on the page, changes nothing.
+    let before = get(&format!("{api}/v1/assignments"), Some(TOKEN)).1;
+    browser.run("document.getElementById('dry-run').click(); return true");
+    eventually("the dry run shows", Duration::from_secs(10), || {
+        browser.run("return !!document.getElementById('preview-done')") == true
+    });
+    let loads = browser.run(
+        "return [...document.querySelectorAll('#preview-loads tr')].slice(1).map(r => r.cells[0].textContent)",
+    );
+    assert!(!loads.as_array().unwrap().is_empty(), "{loads}");
+    assert_eq!(get(&format!("{api}/v1/assignments"), Some(TOKEN)).1, before);
+    // Removed from the page.
+    browser.run("document.querySelector('#drains button[data-remove]').click(); return true");
+    eventually("the drain removed", Duration::from_secs(10), || {
+        get(&format!("{api}/v1/drains"), Some(TOKEN)).1["drains"] == json!([])
+    });
+    // In Chinese, by the switch (the browser's language decides first).
+    assert_eq!(browser.run("return document.documentElement.lang"), "en");
+    browser.run("document.getElementById('language').click(); return true");
+    assert_eq!(browser.run("return document.documentElement.lang"), "zh-CN");
+    let header = browser.run("return document.querySelector('#bots th').textContent");
+    assert_eq!(header, "机器人");
+    eventually("the states in Chinese", Duration::from_secs(10), || {
+        browser
+            .run("return document.querySelector('#bots tbody td[data-state]').textContent")
+            .as_str()
+            .is_some_and(|s| s == "在线" || s == "离线")
+    });
+
     let png = browser.screenshot();
     assert_eq!(&png[1..4], b"PNG");
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");

@@ -673,3 +673,70 @@ fn gates_activities_and_presence_in_redis() {
     assert_eq!(b1002()["online"], false);
     service.stop().unwrap();
 }
+
+/// At the size of the benchmark fleet: a restart with 339,322 stored assignments publishes
+/// the whole stored assignment (never an empty or half-loaded view), and the hash holds it
+/// after the first plan; the publication's self-check finds nothing to repair. A hash changed
+/// behind the service's back is found and published again.
+#[test]
+fn a_restart_publishes_the_whole_stored_assignment_at_the_benchmark_size() {
+    const CHANNELS: usize = 339_322;
+    const BOTS: usize = 40;
+    let redis = RedisServer::start();
+    let dir = TempDir::new("publish-large");
+    // Each group in two bots' lists, every bot online.
+    let mut fleet = String::from("bots:\n");
+    for b in 0..BOTS {
+        fleet.push_str(&format!("  - id: {}\n    channels: [", 1001 + b));
+        let mine = (0..CHANNELS).filter(|c| c % BOTS == b || (c + 1) % BOTS == b);
+        let ids: Vec<String> = mine.map(|c| (100_000_000 + c).to_string()).collect();
+        fleet.push_str(&ids.join(", "));
+        fleet.push_str("]\n");
+    }
+    dir.write("fleet.yaml", &fleet);
+    let path = dir.write(
+        "config.yaml",
+        &config(&format!(
+            "redis: {{url: \"{}\", prefix: aa-big}}\n",
+            redis.url()
+        )),
+    );
+    let db = Db::Sqlite(dir.join("state.db"));
+    let hlen = || -> usize {
+        redis
+            .cli(&["HLEN", "aa-big:assignment:onebot"])
+            .parse()
+            .unwrap_or(0)
+    };
+    let service = InProcess::start(&path);
+    eventually("the first plan committed and published", WAIT * 2, || {
+        !db.history().is_empty() && hlen() == CHANNELS
+    });
+    service.stop().unwrap();
+    let before: i64 = redis.cli(&["GET", "aa-big:version"]).parse().unwrap();
+
+    // Restarted: what it publishes first is the stored assignment, whole.
+    let service = InProcess::start(&path);
+    let mut seen = Vec::new();
+    eventually("published again after the restart", WAIT * 2, || {
+        let version: i64 = redis.cli(&["GET", "aa-big:version"]).parse().unwrap_or(0);
+        if version > before {
+            seen.push(hlen());
+        }
+        version > before && db.history().len() >= 2
+    });
+    assert!(
+        seen.iter().all(|&n| n == CHANNELS),
+        "hash sizes seen: {seen:?}"
+    );
+    assert_eq!(hlen(), CHANNELS);
+    let health = get(&format!("{}/healthz", service.api), None).1;
+    assert_eq!(health["publication"]["repaired"], 0, "{health}");
+
+    // A hash emptied behind its back: found at the next checks, and published again.
+    redis.cli(&["DEL", "aa-big:assignment:onebot"]);
+    eventually("repaired", WAIT, || hlen() == CHANNELS);
+    let health = get(&format!("{}/healthz", service.api), None).1;
+    assert_eq!(health["publication"]["repaired"], 1, "{health}");
+    service.stop().unwrap();
+}

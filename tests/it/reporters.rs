@@ -292,3 +292,92 @@ fn onebot_outranks_a_reporter_and_the_file_fills_in() {
     });
     drop(service);
 }
+
+/// A reporter that follows the stream naming itself is alive while the stream is open: when
+/// its process dies (its connection closes, as the kernel closes a killed process's), its bots
+/// go offline after `streamGrace`, long before `offlineGrace`, and their groups get a bot at
+/// once; a stream that comes back within the grace costs nothing.
+#[test]
+fn a_reporter_whose_stream_closes_goes_offline_after_the_stream_grace() {
+    let dir = TempDir::new("reporters-stream-liveness");
+    // offlineGrace 600: only the stream can take the reporter offline within the test.
+    let path = dir.write(
+        "config.yaml",
+        &format!(
+            "database: {{url: \"sqlite://state.db\"}}\n\
+             triggerDelays: {{botOnline: 20, botOffline: 20, channelJoined: 20, channelLeft: 20}}\n\
+             api: {{bind: \"127.0.0.1:0\", token: {TOKEN}}}\n\
+             sources:\n  http: {{startupWait: 0, offlineGrace: 600, streamGrace: 0.5}}\n"
+        ),
+    );
+    let service = InProcess::start(&path).with_token(TOKEN);
+    let api = service.api.clone();
+    let a = format!("{api}/v1/fleet/reporters/process-a");
+    let b = format!("{api}/v1/fleet/reporters/process-b");
+    let groups = |r: std::ops::RangeInclusive<u32>| r.map(|g| g.to_string()).collect::<Vec<_>>();
+    // Process a runs 1001; process b runs 1002; both bots in all twelve groups.
+    let bot = |id: &str| json!({"bots": [{"platform": "onebot", "id": id, "online": true, "channels": groups(1..=12)}]});
+    assert_eq!(put(&a, &bot("1001")).0, 200);
+    assert_eq!(put(&b, &bot("1002")).0, 200);
+    service.wait_runs(1, Duration::from_secs(30));
+    // Each process follows the stream naming itself.
+    let open = |name: &str| {
+        let url = format!("{api}/v1/assignments/stream?reporter={name}");
+        let stream = std::net::TcpStream::connect(api.trim_start_matches("http://")).unwrap();
+        use std::io::Write as _;
+        let mut s = stream.try_clone().unwrap();
+        let path = url.trim_start_matches(&api);
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        )
+        .unwrap();
+        let mut lines = BufReader::new(stream.try_clone().unwrap()).lines();
+        assert!(lines.next().unwrap().unwrap().contains("200"));
+        stream
+    };
+    let stream_a = open("process-a");
+    let _stream_b = open("process-b");
+    // 1001 came first and took every group at once; balance them now.
+    post(&format!("{api}/v1/rebalance"), Some(TOKEN), &json!({}));
+    eventually("both bots hold groups", Duration::from_secs(10), || {
+        let a = assignments(&api);
+        let l = loads(&a);
+        l.get("1001").is_some_and(|&n| n > 0) && l.get("1002").is_some_and(|&n| n > 0)
+    });
+
+    // A stream that drops and comes back within the grace costs nothing.
+    drop(stream_a);
+    let stream_a = open("process-a");
+    std::thread::sleep(Duration::from_millis(800)); // past the grace: nothing happens
+    let (_, bots) = get(&format!("{api}/v1/bots"), Some(TOKEN));
+    let online = |bots: &Value, id: &str| {
+        bots.as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["bot"] == id && b["online"] == true)
+    };
+    assert!(online(&bots, "1001"), "{bots}");
+
+    // Process a dies: its connection closes; within the grace and a provisional pass, its
+    // groups are 1002's (the rebalance waits 20 s: this is not it).
+    let killed = std::time::Instant::now();
+    stream_a.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(stream_a);
+    eventually("1001's groups taken over", Duration::from_secs(10), || {
+        let a = assignments(&api);
+        a.len() == 12 && a.values().all(|b| b == "1002")
+    });
+    let took = killed.elapsed();
+    println!("stream closed → every group on the other process's bot in {took:?}");
+    assert!(!online(
+        &get(&format!("{api}/v1/bots"), Some(TOKEN)).1,
+        "1001"
+    ));
+    // Back: the full state again, as the plugin sends it after reconnecting.
+    assert_eq!(put(&a, &bot("1001")).0, 200);
+    eventually("1001 online again", Duration::from_secs(10), || {
+        online(&get(&format!("{api}/v1/bots"), Some(TOKEN)).1, "1001")
+    });
+    service.stop().unwrap();
+}

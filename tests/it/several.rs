@@ -807,3 +807,69 @@ fn behind_sentinel_the_service_follows_the_new_master_and_the_fence_holds() {
          kill; stale writes 0"
     );
 }
+
+/// An operator's pin and drain on two instances: a follower refuses them with 409 naming the
+/// leader's API address (the command line sends them there), the leader applies them, and they
+/// hold after the leader is killed (SIGKILL): the new leader loads them at takeover and its
+/// first plan keeps them.
+#[test]
+fn a_pin_made_on_the_leader_survives_a_sigkill_takeover() {
+    let redis = RedisServer::start();
+    let mut cluster = Cluster::start("ha-pins", 2, |_| redis.url());
+    let (leader, term) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    let follower = 1 - leader;
+    let pin_on = |i: usize| {
+        crate::support::put(
+            &cluster.url(i, "/v1/pins/onebot/100005"),
+            None,
+            &serde_json::json!({"bot": "1003", "note": "VIP"}),
+        )
+    };
+    let (status, refused) = pin_on(follower);
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["leader"]["api"].as_str(),
+        Some(cluster.url(leader, "").as_str()),
+        "{refused}"
+    );
+    // The command line, pointed at the follower, is sent to the leader.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_auto-assign"))
+        .args(["drain", "1002", "--api", &cluster.url(follower, "")])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("sending it to the leader"), "{stderr}");
+    assert!(stdout.starts_with("drained onebot:1002"), "{stdout}");
+    let (status, shown) = pin_on(leader);
+    assert_eq!(status, 200, "{shown}");
+    let applied = |rows: &BTreeMap<String, String>| {
+        rows.get("100005").map(String::as_str) == Some("1003") && rows.values().all(|b| b != "1002")
+    };
+    eventually("the pin and the drain applied", WAIT, || {
+        applied(&cluster.rows())
+    });
+
+    cluster.kill(leader);
+    let (next, next_term) = cluster.wait_leader(term);
+    assert_eq!(next, follower);
+    cluster.takeover_moves(next_term);
+    let rows = cluster.rows();
+    assert!(applied(&rows), "after the takeover: {rows:?}");
+    let pins = try_get(&cluster.url(next, "/v1/pins")).unwrap();
+    eprintln!(
+        "LOG: {}",
+        cluster.instances[next].service.as_ref().unwrap().log()
+    );
+    assert_eq!(pins["pins"][0]["channel"], "100005", "{pins}");
+    assert_eq!(pins["pins"][0]["state"], "in-force", "{pins}");
+    let drains = try_get(&cluster.url(next, "/v1/drains")).unwrap();
+    assert_eq!(drains["drains"][0]["bot"], "1002", "{drains}");
+    let history = cluster.history();
+    assert_eq!(stale_writes(&history), 0, "stale writes: {history:?}");
+    println!("pin and drain kept across a SIGKILL takeover (term {term} → {next_term})");
+}

@@ -29,6 +29,7 @@ fn fence(term: i64) -> Fence {
     Fence {
         term,
         holder: format!("instance-{term}"),
+        api: None,
     }
 }
 
@@ -88,6 +89,7 @@ fn weights_and_gaps_round_trip(url: DatabaseUrl, db: &Db) {
             }],
             runs: vec![run(1, &[("onebot", None)])],
             weights: first.clone(),
+            overrides: Vec::new(),
         };
         store.commit(&batch, Some(&fence(1))).await.unwrap();
         assert_eq!(stored(&store).await, by_key(first));

@@ -357,7 +357,7 @@ impl Federate {
                         Route::Online(bot) | Route::Offline(bot) => bot
                             .parse::<i64>()
                             .is_ok_and(|b| record.online_bot_ids.contains(&b)),
-                        Route::Excluded { .. } | Route::Unassigned => false,
+                        Route::Excluded { .. } | Route::Unassigned | Route::Held => false,
                     }
                 })
                 .copied()

@@ -35,6 +35,7 @@ use super::{
     AssignmentRow, Batch, ChannelWrite, DatabaseUrl, Failure, Fence, Store, StoreError, WeightWrite,
 };
 use crate::clock::Clock;
+use crate::operator::Overrides;
 
 /// PostgreSQL ends a session of ours idle inside a transaction for this long (ms).
 const IDLE_IN_TRANSACTION: &str = "5000";
@@ -137,6 +138,7 @@ enum Backend {
 
 mod history;
 mod layout;
+mod overrides;
 mod write;
 
 pub use layout::Layout;
@@ -365,6 +367,10 @@ impl Store for SqlStore {
                 at_ms,
             })
             .collect())
+    }
+
+    async fn load_overrides(&self) -> Result<Overrides, StoreError> {
+        self.read_overrides().await.map_err(store_error)
     }
 
     async fn commit(&self, batch: &Batch, fence: Option<&Fence>) -> Result<(), StoreError> {
@@ -761,6 +767,7 @@ mod tests {
                 .collect(),
             runs: vec![],
             weights: vec![],
+            overrides: vec![],
         };
         let idle = || async {
             while store.checkpoints_wanted.load(Ordering::Acquire) != 0 {
@@ -813,6 +820,7 @@ mod tests {
                     writes: first,
                     runs: vec![],
                     weights: vec![],
+                    overrides: vec![],
                 },
                 None,
             )
@@ -829,6 +837,7 @@ mod tests {
                     writes: later.collect(),
                     runs: vec![],
                     weights: vec![],
+                    overrides: vec![],
                 },
                 None,
             )
@@ -884,6 +893,7 @@ mod tests {
         let fence = |term: i64| Fence {
             term,
             holder: format!("i{term}"),
+            api: None,
         };
         let write = |assignee: &str| Batch {
             writes: vec![ChannelWrite {
@@ -893,6 +903,7 @@ mod tests {
             }],
             runs: vec![],
             weights: vec![],
+            overrides: vec![],
         };
         assert_eq!(store.current_term().await.unwrap(), 0);
         store.commit(&write("a"), Some(&fence(3))).await.unwrap();

@@ -181,6 +181,8 @@ impl SqlStore {
                     q.push_bind(fence.term)
                         .push(", holder = ")
                         .push_bind(fence.holder.clone())
+                        .push(", api = ")
+                        .push_bind(fence.api.clone())
                         .push(", commits = commits + 1 WHERE id = 1 AND term <= ")
                         .push_bind(fence.term);
                     if q.build().execute(&mut *$tx).await?.rows_affected() == 0 {
@@ -193,6 +195,13 @@ impl SqlStore {
                     }
                 }
                 $rows
+                // An operator's changes, each with its audit record, after the plan's rows.
+                let term = fence.map_or(0, |f| f.term);
+                for write in &batch.overrides {
+                    for mut q in overrides::override_statements(write, term) {
+                        q.build().execute(&mut *$tx).await?;
+                    }
+                }
                 let tx = &mut $tx;
                 for run in &batch.runs {
                     let forced: i64 = run.platforms.iter().map(|p| p.forced).sum();

@@ -164,6 +164,22 @@ pub fn put(url: &str, token: Option<&str>, body: &serde_json::Value) -> (u16, se
     json_answer(authorized(http().put(url), token).send_json(body).unwrap())
 }
 
+/// DELETEs; returns (status, JSON body).
+pub fn delete(url: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    let req = http().delete(url);
+    let req = match token {
+        Some(t) => req.header("Authorization", &format!("Bearer {t}")),
+        None => req,
+    };
+    json_answer(req.call().unwrap())
+}
+
+/// PUTs a raw body with a JSON content type.
+pub fn put_raw(url: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
+    let req = http().put(url).header("Content-Type", "application/json");
+    json_answer(authorized(req, token).send(body).unwrap())
+}
+
 /// POSTs a raw body with a JSON content type.
 pub fn post_raw(url: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
     let req = http().post(url).header("Content-Type", "application/json");

@@ -17,6 +17,8 @@ pub struct InProcess {
     running: Option<auto_assign::service::Running>,
     /// `http://127.0.0.1:port` of the API.
     pub api: String,
+    /// The API's token, for the helpers below.
+    token: Option<String>,
 }
 
 impl InProcess {
@@ -61,6 +63,7 @@ impl InProcess {
             rt: Some(rt),
             running: Some(running),
             api,
+            token: None,
         })
     }
 
@@ -79,9 +82,15 @@ impl InProcess {
         }
     }
 
+    /// The helpers below send `token` (the config's `api.token`).
+    pub fn with_token(mut self, token: &str) -> InProcess {
+        self.token = Some(token.to_owned());
+        self
+    }
+
     /// `GET /v1/status`.
     pub fn status(&self) -> serde_json::Value {
-        get(&format!("{}/v1/status", self.api), None).1
+        get(&format!("{}/v1/status", self.api), self.token.as_deref()).1
     }
 
     /// The number of rebalances run so far.
