@@ -3,134 +3,40 @@
 //! The brute force re-implements the rules from their definition (not from the crate) and
 //! enumerates every assignment, so `optimal` must match it exactly in Σ load² and in the number
 //! of moved channels; `greedy` must be valid and never better than `optimal`.
-
-use std::collections::BTreeMap;
+//!
+//! The fleets come from the shared generator ([`crate::support::fleets`]), on two platforms; the
+//! brute force reads their rules as written (keys and entries as text), not the fleet's lists.
 
 use auto_assign::balance::FleetIndex;
 use auto_assign::balance::{self, Planner, Rules, Strategy as Plan};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
-const PLATFORMS: [&str; 2] = ["onebot", "discord"];
+use crate::support::fleets::{Bot, Channel, Fleet, Knobs, Lcg, PLATFORMS, config, fleets};
 
-#[derive(Clone, Debug)]
-struct Fleet {
-    /// (platform, id, online)
-    bots: Vec<(usize, String, bool)>,
-    /// (platform, id, member bot indices into `bots`)
-    channels: Vec<(usize, String, Vec<usize>)>,
-    rules: Rules,
-    /// channel index → bot index
-    previous: BTreeMap<usize, usize>,
-}
+/// Small fleets on two platforms (a bot or a channel in six on the second) under every rule:
+/// `enabledPlatforms` in two fleets out of three, a channel in two with a priority list (of any
+/// bots, of either platform), a channel in four excluded, keys and entries short and full, and a
+/// channel in two previously on a bot that is not a member.
+const KNOBS: Knobs = Knobs {
+    offline: 6,
+    pin: 2,
+    stranger: 1,
+    exclude: 4,
+    empty: 24,
+    degree: 4,
+    connected: false,
+    second: 6,
+    enabled: true,
+    forced: 2,
+    capacity: 0,
+    weights: false,
+};
 
+/// Up to 4 bots × 8 channels, mostly at least 2 × 5.
 fn fleet() -> impl Strategy<Value = Fleet> {
     let sizes = prop_oneof![1 => (1usize..=4, 0usize..=8), 4 => (2usize..=4, 5usize..=8)];
-    (sizes, any::<u64>()).prop_map(|((nb, nc), seed)| {
-        let mut rng = Lcg(seed);
-        let bots: Vec<(usize, String, bool)> = (0..nb)
-            .map(|i| {
-                (
-                    usize::from(rng.below(6) == 0),
-                    format!("{}", 1001 + i),
-                    rng.below(6) != 0,
-                )
-            })
-            .collect();
-        let mut channels = Vec::new();
-        for i in 0..nc {
-            let platform = usize::from(rng.below(6) == 0);
-            let members = (0..nb)
-                .filter(|&b| bots[b].0 == platform && rng.below(3) != 0)
-                .collect();
-            channels.push((platform, format!("g{i}"), members));
-        }
-        let mut rules = Rules::default();
-        match rng.below(3) {
-            0 => rules.enabled_platforms = vec!["onebot".into()],
-            1 => rules.enabled_platforms = vec!["onebot".into(), "discord".into()],
-            _ => {}
-        }
-        for (platform, id, _) in &channels {
-            match rng.below(8) {
-                0 => rules.exclude.push(id.clone()),
-                1 => rules.exclude.push(format!("{}:{id}", PLATFORMS[*platform])),
-                2 | 3 => {
-                    let list = (0..1 + rng.below(3))
-                        .map(|_| {
-                            let b = &bots[rng.below(nb)];
-                            if rng.below(2) == 0 {
-                                b.1.clone()
-                            } else {
-                                format!("{}:{}", PLATFORMS[b.0], b.1)
-                            }
-                        })
-                        .collect();
-                    let key = if rng.below(2) == 0 {
-                        id.clone()
-                    } else {
-                        format!("{}:{id}", PLATFORMS[*platform])
-                    };
-                    rules.priority.insert(key, list);
-                }
-                _ => {}
-            }
-        }
-        let mut previous = BTreeMap::new();
-        for (c, (platform, _, _)) in channels.iter().enumerate() {
-            let same: Vec<usize> = (0..nb).filter(|&b| bots[b].0 == *platform).collect();
-            if !same.is_empty() && rng.below(3) != 0 {
-                previous.insert(c, same[rng.below(same.len())]);
-            }
-        }
-        Fleet {
-            bots,
-            channels,
-            rules,
-            previous,
-        }
-    })
-}
-
-/// Small deterministic generator so one proptest seed expands into a whole fleet.
-struct Lcg(u64);
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % n as u64) as usize
-    }
-}
-
-fn build_index(f: &Fleet) -> FleetIndex {
-    let mut index = FleetIndex::new();
-    for &(p, ref id, online) in &f.bots {
-        let pi = index.platform_mut(PLATFORMS[p]);
-        let b = pi.add_bot(id);
-        pi.set_online(b, online);
-    }
-    for (p, id, members) in &f.channels {
-        let pi = index.platform_mut(PLATFORMS[*p]);
-        let c = pi.add_channel(id);
-        for &m in members {
-            let b = pi.find_bot(&f.bots[m].1).unwrap();
-            pi.join(b, c);
-        }
-    }
-    for (&c, &b) in &f.previous {
-        let (p, id, _) = &f.channels[c];
-        let pi = index.platform_mut(PLATFORMS[*p]);
-        let (c, b) = (
-            pi.find_channel(id).unwrap(),
-            pi.find_bot(&f.bots[b].1).unwrap(),
-        );
-        pi.set_assignee(c, Some(b));
-    }
-    for p in index.platforms_mut() {
-        p.take_journal();
-    }
-    index
+    fleets(KNOBS, (4, 8), sizes)
 }
 
 /// The rules, straight from their definition.
@@ -140,35 +46,38 @@ struct Truth {
     pinned: Vec<Option<usize>>,
 }
 
-fn truth(f: &Fleet) -> Truth {
+/// Reads the rules as written (keys and entries as text), not the fleet's own lists.
+fn truth(f: &Fleet, rules: &Rules) -> Truth {
     let enabled = |p: usize| {
-        f.rules.enabled_platforms.is_empty()
-            || f.rules.enabled_platforms.iter().any(|e| e == PLATFORMS[p])
+        rules.enabled_platforms.is_empty()
+            || rules.enabled_platforms.iter().any(|e| e == PLATFORMS[p])
     };
     let mut valid = Vec::new();
     let mut pinned = Vec::new();
-    for (p, id, members) in &f.channels {
-        let full = format!("{}:{id}", PLATFORMS[*p]);
-        let excluded = f.rules.exclude.iter().any(|e| *e == full || e == id);
-        if !enabled(*p) || excluded {
+    for ch in &f.channels {
+        let (p, id) = (ch.platform, &ch.id);
+        let full = format!("{}:{id}", PLATFORMS[p]);
+        let excluded = rules.exclude.iter().any(|e| *e == full || e == id);
+        if !enabled(p) || excluded {
             valid.push(None);
             pinned.push(None);
             continue;
         }
-        let active: Vec<usize> = members.iter().copied().filter(|&b| f.bots[b].2).collect();
-        let list = f
-            .rules
-            .priority
-            .get(&full)
-            .or_else(|| f.rules.priority.get(id));
+        let active: Vec<usize> = ch
+            .members
+            .iter()
+            .copied()
+            .filter(|&b| f.bots[b].online)
+            .collect();
+        let list = rules.priority.get(&full).or_else(|| rules.priority.get(id));
         let pin = list.and_then(|list| {
             list.iter().find_map(|entry| {
                 let bot_id = match entry.split_once(':') {
-                    Some((bp, bid)) if bp == PLATFORMS[*p] => bid,
+                    Some((bp, bid)) if bp == PLATFORMS[p] => bid,
                     Some(_) => return None,
                     None => entry.as_str(),
                 };
-                active.iter().copied().find(|&b| f.bots[b].1 == bot_id)
+                active.iter().copied().find(|&b| f.bots[b].id == bot_id)
             })
         });
         pinned.push(pin);
@@ -183,12 +92,12 @@ fn truth(f: &Fleet) -> Truth {
 /// Least Σ load² per platform and, among those, fewest voluntary moves.
 fn brute_force(f: &Fleet, t: &Truth, platform: usize) -> (u64, usize) {
     let chans: Vec<usize> = (0..f.channels.len())
-        .filter(|&c| f.channels[c].0 == platform)
+        .filter(|&c| f.channels[c].platform == platform)
         .filter(|&c| t.valid[c].as_ref().is_some_and(|v| !v.is_empty()))
         .collect();
     // Channels that lose their bot for want of a valid one are moves whatever we do.
     let dropped = (0..f.channels.len())
-        .filter(|&c| f.channels[c].0 == platform && f.previous.contains_key(&c))
+        .filter(|&c| f.channels[c].platform == platform && f.previous[c].is_some())
         .filter(|&c| t.valid[c].as_ref().is_some_and(|v| v.is_empty()))
         .count();
     let mut best = (u64::MAX, usize::MAX);
@@ -199,7 +108,7 @@ fn brute_force(f: &Fleet, t: &Truth, platform: usize) -> (u64, usize) {
         for (i, &c) in chans.iter().enumerate() {
             let bot = t.valid[c].as_ref().unwrap()[choice[i]];
             load[bot] += 1;
-            if f.previous.get(&c).is_some_and(|&p| p != bot) {
+            if f.previous[c].is_some_and(|p| p != bot) {
                 moves += 1;
             }
         }
@@ -224,6 +133,7 @@ fn brute_force(f: &Fleet, t: &Truth, platform: usize) -> (u64, usize) {
 /// Checks a plan against the rules; returns (Σ load², moved channels) per enabled platform.
 fn check_plan(
     f: &Fleet,
+    rules: &Rules,
     t: &Truth,
     index: &FleetIndex,
     plan: &balance::Plan,
@@ -231,8 +141,8 @@ fn check_plan(
     let mut out = Vec::new();
     for (p, &name) in PLATFORMS.iter().enumerate() {
         let Some(pp) = plan.platform(name) else {
-            let enabled = f.rules.enabled_platforms.is_empty()
-                || f.rules.enabled_platforms.iter().any(|e| e == PLATFORMS[p]);
+            let enabled = rules.enabled_platforms.is_empty()
+                || rules.enabled_platforms.iter().any(|e| e == PLATFORMS[p]);
             assert!(
                 !enabled || index.platform(PLATFORMS[p]).is_none(),
                 "enabled platform planned"
@@ -242,10 +152,11 @@ fn check_plan(
         let pi = index.platform(PLATFORMS[p]).unwrap();
         let mut load = vec![0u64; f.bots.len()];
         let mut moved = 0;
-        for (c, (cp, id, _)) in f.channels.iter().enumerate() {
-            if *cp != p {
+        for (c, ch) in f.channels.iter().enumerate() {
+            if ch.platform != p {
                 continue;
             }
+            let id = &ch.id;
             let ci = pi.find_channel(id).unwrap();
             let after = pp
                 .changes
@@ -254,17 +165,16 @@ fn check_plan(
                 .map_or(pi.assignee(ci), |&(_, b)| b);
             let got = after.map(|b| {
                 let id = pi.bot_id(b);
-                f.bots.iter().position(|x| x.0 == p && x.1 == id).unwrap()
+                f.bots
+                    .iter()
+                    .position(|x| x.platform == p && x.id == id)
+                    .unwrap()
             });
             match &t.valid[c] {
-                None => assert_eq!(
-                    got,
-                    f.previous.get(&c).copied(),
-                    "excluded channel {id} untouched"
-                ),
+                None => assert_eq!(got, f.previous[c], "excluded channel {id} untouched"),
                 Some(valid) if valid.is_empty() => {
                     assert_eq!(got, None, "channel {id} has no valid bot");
-                    moved += usize::from(f.previous.contains_key(&c));
+                    moved += usize::from(f.previous[c].is_some());
                 }
                 Some(valid) => {
                     let bot = got.unwrap_or_else(|| panic!("channel {id} unassigned"));
@@ -273,7 +183,7 @@ fn check_plan(
                         assert_eq!(bot, pin, "pin of {id}");
                     }
                     load[bot] += 1;
-                    if f.previous.get(&c).is_some_and(|&prev| prev != bot) {
+                    if f.previous[c].is_some_and(|prev| prev != bot) {
                         moved += 1;
                     }
                 }
@@ -287,34 +197,51 @@ fn check_plan(
     out
 }
 
+/// `optimal` matches the brute force on every platform, and plans the same twice.
+fn optimal_matches_brute(f: &Fleet, rules: &Rules) -> Result<(), TestCaseError> {
+    let index = f.index();
+    let t = truth(f, rules);
+    let plan = balance::plan(&index, rules, Plan::Optimal);
+    for (p, sq, moved) in check_plan(f, rules, &t, &index, &plan) {
+        prop_assert_eq!(
+            (sq, moved),
+            brute_force(f, &t, p),
+            "platform {}",
+            PLATFORMS[p]
+        );
+    }
+    let again = balance::plan(&index, rules, Plan::Optimal);
+    for (a, b) in plan.platforms.iter().zip(&again.platforms) {
+        prop_assert_eq!(&a.changes, &b.changes, "deterministic");
+    }
+    Ok(())
+}
+
+/// `greedy` obeys the rules and never beats `optimal`.
+fn greedy_valid_not_better(f: &Fleet, rules: &Rules) -> Result<(), TestCaseError> {
+    let index = f.index();
+    let t = truth(f, rules);
+    let greedy = balance::plan(&index, rules, Plan::Greedy);
+    let optimal = balance::plan(&index, rules, Plan::Optimal);
+    let g = check_plan(f, rules, &t, &index, &greedy);
+    let o = check_plan(f, rules, &t, &index, &optimal);
+    for ((_, gsq, _), (_, osq, _)) in g.iter().zip(&o) {
+        prop_assert!(osq <= gsq);
+    }
+    Ok(())
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(config(2000))]
 
     #[test]
     fn optimal_matches_brute_force(f in fleet()) {
-        let index = build_index(&f);
-        let t = truth(&f);
-        let plan = balance::plan(&index, &f.rules, Plan::Optimal);
-        for (p, sq, moved) in check_plan(&f, &t, &index, &plan) {
-            prop_assert_eq!((sq, moved), brute_force(&f, &t, p), "platform {}", PLATFORMS[p]);
-        }
-        let again = balance::plan(&index, &f.rules, Plan::Optimal);
-        for (a, b) in plan.platforms.iter().zip(&again.platforms) {
-            prop_assert_eq!(&a.changes, &b.changes, "deterministic");
-        }
+        optimal_matches_brute(&f, &f.rules())?;
     }
 
     #[test]
     fn greedy_is_valid_and_never_better_than_optimal(f in fleet()) {
-        let index = build_index(&f);
-        let t = truth(&f);
-        let greedy = balance::plan(&index, &f.rules, Plan::Greedy);
-        let optimal = balance::plan(&index, &f.rules, Plan::Optimal);
-        let g = check_plan(&f, &t, &index, &greedy);
-        let o = check_plan(&f, &t, &index, &optimal);
-        for ((_, gsq, _), (_, osq, _)) in g.iter().zip(&o) {
-            prop_assert!(osq <= gsq);
-        }
+        greedy_valid_not_better(&f, &f.rules())?;
     }
 }
 
@@ -337,51 +264,69 @@ fn events(nb: usize, nc: usize) -> impl Strategy<Value = Vec<Vec<Event>>> {
     proptest::collection::vec(proptest::collection::vec(event, 1..4), 1..8)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1500))]
+/// One platform, every bot on it, so events can mix freely; no previous assignment. The rules
+/// stay as they were written for two platforms (entries and keys naming `discord` now match
+/// nothing), without `enabledPlatforms` and the exclusions of `discord` channels.
+fn on_one_platform(mut f: Fleet, mut rules: Rules) -> (Fleet, Rules) {
+    for b in &mut f.bots {
+        b.platform = 0;
+    }
+    for c in &mut f.channels {
+        c.platform = 0;
+    }
+    rules.enabled_platforms.clear();
+    f.previous.iter_mut().for_each(|p| *p = None);
+    rules.exclude.retain(|e| !e.starts_with("discord:"));
+    (f, rules)
+}
 
-    /// The remembering planner re-plans incrementally; after every batch of events it must
-    /// still be exact relative to the assignment it made before.
+/// The remembering planner re-plans incrementally; after every batch of events it must still
+/// be exact relative to the assignment it made before.
+fn replans_stay_exact(
+    (mut f, rules): (Fleet, Rules),
+    batches: Vec<Vec<Event>>,
+) -> Result<(), TestCaseError> {
+    let mut index = f.index();
+    let mut planner = Planner::new(Plan::Optimal, rules.clone()).with_small_platform(0);
+    let t = truth(&f, &rules);
+    let plan = planner.plan(&mut index);
+    check_plan(&f, &rules, &t, &index, &plan);
+    for batch in batches {
+        // the assignment before this batch is the previous one
+        f.previous = current_assignment(&f, &index);
+        for e in batch {
+            apply(&mut f, &mut index, e);
+        }
+        let t = truth(&f, &rules);
+        planner.set_rules(&rules);
+        let plan = planner.plan(&mut index);
+        for (p, sq, moved) in check_plan(&f, &rules, &t, &index, &plan) {
+            prop_assert_eq!((sq, moved), brute_force(&f, &t, p));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(1500))]
+
     #[test]
     fn incremental_replans_stay_exact(f in fleet(), batches in events(4, 8)) {
-        let mut f = f;
-        // one platform, every bot on it, so events can mix freely
-        for b in &mut f.bots { b.0 = 0; }
-        for c in &mut f.channels { c.0 = 0; }
-        f.rules.enabled_platforms.clear();
-        f.previous.clear();
-        f.rules.exclude.retain(|e| !e.starts_with("discord:"));
-        let mut index = build_index(&f);
-        let mut planner = Planner::new(Plan::Optimal, f.rules.clone()).with_small_platform(0);
-        let t = truth(&f);
-        let plan = planner.plan(&mut index);
-        check_plan(&f, &t, &index, &plan);
-        for batch in batches {
-            // the assignment before this batch is the previous one
-            f.previous = current_assignment(&f, &index);
-            for e in batch {
-                apply(&mut f, &mut index, e);
-            }
-            let t = truth(&f);
-            planner.set_rules(&f.rules);
-            let plan = planner.plan(&mut index);
-            for (p, sq, moved) in check_plan(&f, &t, &index, &plan) {
-                prop_assert_eq!((sq, moved), brute_force(&f, &t, p));
-            }
-        }
+        let rules = f.rules();
+        replans_stay_exact(on_one_platform(f, rules), batches)?;
     }
 }
 
-fn current_assignment(f: &Fleet, index: &FleetIndex) -> BTreeMap<usize, usize> {
+fn current_assignment(f: &Fleet, index: &FleetIndex) -> Vec<Option<usize>> {
     let pi = index.platform("onebot").unwrap();
-    let mut out = BTreeMap::new();
-    for (c, (_, id, _)) in f.channels.iter().enumerate() {
-        if let Some(b) = pi.find_channel(id).and_then(|ci| pi.assignee(ci)) {
-            let bid = pi.bot_id(b);
-            out.insert(c, f.bots.iter().position(|x| x.1 == bid).unwrap());
-        }
-    }
-    out
+    let bots = f.bot_ids();
+    f.channels
+        .iter()
+        .map(|ch| {
+            let b = pi.find_channel(&ch.id).and_then(|ci| pi.assignee(ci));
+            b.map(|b| bots[pi.bot_id(b)])
+        })
+        .collect()
 }
 
 fn apply(f: &mut Fleet, index: &mut FleetIndex, e: Event) {
@@ -394,33 +339,134 @@ fn apply(f: &mut Fleet, index: &mut FleetIndex, e: Event) {
     }
     match e {
         Event::Online(b, cs) => {
-            f.bots[b].2 = true;
+            f.bots[b].online = true;
             let cs: Vec<usize> = cs.into_iter().filter(|&c| c < nc).collect();
             for (c, ch) in f.channels.iter_mut().enumerate() {
-                ch.2.retain(|&m| m != b);
+                ch.members.retain(|&m| m != b);
                 if cs.contains(&c) {
-                    ch.2.push(b);
+                    ch.members.push(b);
                 }
             }
-            let ids: Vec<String> = cs.iter().map(|&c| f.channels[c].1.clone()).collect();
-            index.bot_online("onebot", &f.bots[b].1, &ids);
+            let ids: Vec<String> = cs.iter().map(|&c| f.channels[c].id.clone()).collect();
+            index.bot_online("onebot", &f.bots[b].id, &ids);
         }
         Event::Offline(b) => {
-            f.bots[b].2 = false;
-            index.bot_offline("onebot", &f.bots[b].1);
+            f.bots[b].online = false;
+            index.bot_offline("onebot", &f.bots[b].id);
         }
         Event::Join(b, c) if c < nc => {
-            if !f.channels[c].2.contains(&b) {
-                f.channels[c].2.push(b);
+            if !f.channels[c].members.contains(&b) {
+                f.channels[c].members.push(b);
             }
-            index.channel_joined("onebot", &f.bots[b].1, &f.channels[c].1);
+            index.channel_joined("onebot", &f.bots[b].id, &f.channels[c].id);
         }
         Event::Leave(b, c) if c < nc => {
-            f.channels[c].2.retain(|&m| m != b);
-            index.channel_left("onebot", &f.bots[b].1, &f.channels[c].1);
+            f.channels[c].members.retain(|&m| m != b);
+            index.channel_left("onebot", &f.bots[b].id, &f.channels[c].id);
         }
         _ => {}
     }
+}
+
+/// The cases proptest recorded in `balance_props.proptest-regressions` before the fleets were
+/// shared (their seeds draw other fleets now), written out with their rules.
+#[test]
+fn recorded_cases() {
+    // (platform, id, online) per bot; (platform, id, members, previous) per channel.
+    type Written<'a> = (
+        &'a [(usize, &'a str, bool)],
+        &'a [(usize, &'a str, &'a [usize], Option<usize>)],
+    );
+    let fleet = |(bots, channels): Written| Fleet {
+        bots: bots
+            .iter()
+            .map(|&(platform, id, online)| Bot {
+                platform,
+                id: id.into(),
+                online,
+                capacity: None,
+            })
+            .collect(),
+        channels: channels
+            .iter()
+            .map(|&(platform, id, members, _)| Channel {
+                platform,
+                id: id.into(),
+                members: members.to_vec(),
+                weight: 0.0,
+            })
+            .collect(),
+        previous: channels.iter().map(|c| c.3).collect(),
+        ..Fleet::default()
+    };
+    let rules = |enabled: &[&str], priority: &[(&str, &[&str])], exclude: &[&str]| Rules {
+        enabled_platforms: enabled.iter().map(|&p| p.into()).collect(),
+        priority: priority
+            .iter()
+            .map(|&(c, list)| (c.into(), list.iter().map(|&b| b.into()).collect()))
+            .collect(),
+        exclude: exclude.iter().map(|&c| c.into()).collect(),
+        ..Rules::default()
+    };
+    let fail = |e: TestCaseError| panic!("{e}");
+
+    // A discord bot in two discord channels, one pinned to it; an onebot channel pinned to it too.
+    let f = fleet((
+        &[(1, "1001", true)],
+        &[
+            (1, "g0", &[0], Some(0)),
+            (1, "g1", &[], Some(0)),
+            (0, "g2", &[], None),
+        ],
+    ));
+    let r = rules(
+        &[],
+        &[
+            (
+                "discord:g0",
+                &["discord:1001", "discord:1001", "discord:1001"],
+            ),
+            ("g2", &["discord:1001"]),
+        ],
+        &[],
+    );
+    optimal_matches_brute(&f, &r).unwrap_or_else(fail);
+    greedy_valid_not_better(&f, &r).unwrap_or_else(fail);
+
+    // An event for a bot the fleet does not have.
+    let f = fleet((&[(1, "1001", true)], &[]));
+    let r = rules(&["onebot", "discord"], &[], &[]);
+    let batches = vec![vec![Event::Online(1, vec![])]];
+    replans_stay_exact(on_one_platform(f, r), batches).unwrap_or_else(fail);
+
+    // A bot with most of the channels goes offline and comes back in one.
+    let f = fleet((
+        &[
+            (0, "1001", true),
+            (0, "1002", true),
+            (0, "1003", true),
+            (0, "1004", false),
+        ],
+        &[
+            (0, "g0", &[0, 1, 3], Some(1)),
+            (0, "g1", &[0, 2, 3], Some(0)),
+            (0, "g2", &[0, 1, 2, 3], Some(1)),
+            (0, "g3", &[0, 1, 3], Some(1)),
+            (0, "g4", &[1, 2, 3], None),
+            (0, "g5", &[3], Some(0)),
+            (0, "g6", &[3], Some(0)),
+        ],
+    ));
+    let r = rules(
+        &[],
+        &[
+            ("g4", &["onebot:1004", "1003"]),
+            ("onebot:g2", &["1002", "1002", "onebot:1001"]),
+        ],
+        &["g6"],
+    );
+    let batches = vec![vec![Event::Offline(0)], vec![Event::Online(0, vec![2])]];
+    replans_stay_exact(on_one_platform(f, r), batches).unwrap_or_else(fail);
 }
 
 /// A bot never seen before comes online after the first plan: the remembered state has room

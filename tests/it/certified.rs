@@ -82,12 +82,13 @@
 //! at full size, [`mutants`] changes a few channels of a certified plan and checks that the
 //! certificates accept the result exactly when it ties with the plan.
 //!
-//! Each proptest case is a seed and a size; a small deterministic generator ([`Lcg`]) expands it
-//! into a fleet, so a failing case prints as a few numbers and replays exactly.
+//! Each proptest case is a seed and a size; the property tests' shared generator
+//! ([`crate::support::fleets`], one platform here) expands it into a fleet, so a failing case
+//! prints as a few numbers and replays exactly.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use auto_assign::balance::{self, Planner, PlatformPlan, Rules};
+use auto_assign::balance::{self, Planner, PlatformPlan};
 use auto_assign::balance::{BotIx, ChanIx, FleetIndex, PlatformIndex};
 use petgraph::algo::{astar, connected_components, find_negative_cycle, kosaraju_scc};
 use petgraph::graph::{DiGraph, NodeIndex, UnGraph};
@@ -95,266 +96,42 @@ use petgraph::visit::Dfs;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-const PLATFORM: &str = "onebot";
+use crate::support::fleets::{Bot, Channel, Fleet, Knobs, Lcg, PLATFORMS, config};
+
+const PLATFORM: &str = PLATFORMS[0];
 const OPTIMAL: balance::Strategy = balance::Strategy::Optimal;
 
 /// Full-size fleets: 50 bots × 2,000 channels (smaller ones only while shrinking).
 const BOTS: usize = 50;
 const CHANNELS: usize = 2000;
 
-// ---------------------------------------------------------------------------------------------
-// Fleets
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Debug)]
-struct Bot {
-    id: String,
-    online: bool,
-}
-
-#[derive(Clone, Debug)]
-struct Channel {
-    id: String,
-    /// Member bots (indices into `Fleet::bots`), online or not.
-    members: Vec<usize>,
-}
-
-/// One platform's fleet, in the test's own terms.
-#[derive(Clone, Debug)]
-struct Fleet {
-    bots: Vec<Bot>,
-    channels: Vec<Channel>,
-    /// Channel → priority list (bot indices, in order of preference).
-    pins: BTreeMap<usize, Vec<usize>>,
-    excluded: BTreeSet<usize>,
-    /// The assignee of every channel before the (first) plan.
-    previous: Vec<Option<usize>>,
-}
-
-/// Small deterministic generator so one proptest seed expands into a whole fleet.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % n as u64) as usize
-    }
-
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-
-    /// An independent generator, for draws whose number varies with the fleet's size.
-    fn fork(&mut self) -> Lcg {
-        self.below(1);
-        Lcg(self.0 ^ 0x9e37_79b9_7f4a_7c15)
-    }
-}
-
-/// How often the generator makes a bot offline, pins a channel or excludes one (one in …).
-#[derive(Clone, Copy)]
-struct Mix {
-    offline: usize,
-    pin: usize,
-    exclude: usize,
-}
-
-const BIG: Mix = Mix {
+/// How often the generator makes a bot offline, pins a channel, excludes one or leaves one
+/// without a member (one in …); memberships of 1–4 bots.
+const BIG: Knobs = Knobs {
     offline: 10,
     pin: 40,
+    stranger: 3,
     exclude: 50,
+    empty: 100,
+    degree: 4,
+    connected: false,
+    second: 0,
+    enabled: false,
+    forced: 0,
+    capacity: 0,
+    weights: false,
 };
-const TINY: Mix = Mix {
+const TINY: Knobs = Knobs {
     offline: 4,
     pin: 5,
     exclude: 6,
+    ..BIG
 };
-
-/// A random fleet: 1–4 members per channel, drawn uniformly, skewed towards a few popular bots,
-/// or from a window of neighbouring bots (long chains of exchanges). With `connected`, channel j
-/// also holds bots j and j + 1, so bots and channels form one connected membership graph.
-fn generate(rng: &mut Lcg, prefix: &str, nb: usize, nc: usize, mix: Mix, connected: bool) -> Fleet {
-    let bots: Vec<Bot> = (0..nb)
-        .map(|i| Bot {
-            id: format!("{prefix}b{i}"),
-            online: !rng.one_in(mix.offline),
-        })
-        .collect();
-    let mut channels = Vec::with_capacity(nc);
-    let mut pins = BTreeMap::new();
-    let mut excluded = BTreeSet::new();
-    for j in 0..nc {
-        let mut members = Vec::new();
-        if connected && j + 1 < nb {
-            members.extend([j, j + 1]);
-        }
-        let degree = (1 + rng.below(4)).min(nb);
-        let mode = rng.below(3);
-        let start = rng.below(nb);
-        let mut attempts = 0;
-        while members.len() < degree && attempts < 64 {
-            attempts += 1;
-            let b = match mode {
-                0 => rng.below(nb),
-                1 => {
-                    let u = rng.below(1000);
-                    nb * u * u / 1_000_000
-                }
-                _ => (start + rng.below(5)) % nb,
-            };
-            if !members.contains(&b) {
-                members.push(b);
-            }
-        }
-        if !connected && rng.one_in(100) {
-            members.clear();
-        }
-        if rng.one_in(mix.pin) {
-            let list = (0..1 + rng.below(3))
-                .map(|_| {
-                    if members.is_empty() || rng.one_in(3) {
-                        rng.below(nb)
-                    } else {
-                        members[rng.below(members.len())]
-                    }
-                })
-                .collect();
-            pins.insert(j, list);
-        }
-        if rng.one_in(mix.exclude) {
-            excluded.insert(j);
-        }
-        channels.push(Channel {
-            id: format!("{prefix}g{j}"),
-            members,
-        });
-    }
-    // The previous assignment: scattered over members, concentrated on first members, sparse,
-    // or half on arbitrary bots (mostly not members: forced moves).
-    let mode = rng.below(4);
-    let previous = channels
-        .iter()
-        .map(|ch| {
-            let member = |rng: &mut Lcg| -> Option<usize> {
-                (!ch.members.is_empty()).then(|| ch.members[rng.below(ch.members.len())])
-            };
-            match mode {
-                0 => (!rng.one_in(5)).then(|| member(rng)).flatten(),
-                1 => ch.members.first().copied(),
-                2 => rng.one_in(5).then(|| member(rng)).flatten(),
-                _ if rng.one_in(2) => Some(rng.below(nb)),
-                _ => member(rng),
-            }
-        })
-        .collect();
-    Fleet {
-        bots,
-        channels,
-        pins,
-        excluded,
-        previous,
-    }
-}
-
-impl Fleet {
-    /// The rules, with channel keys and bot entries both short (`g1`) and full (`onebot:g1`).
-    fn rules(&self) -> Rules {
-        let key = |c: usize| {
-            let id = &self.channels[c].id;
-            if c.is_multiple_of(2) {
-                id.clone()
-            } else {
-                format!("{PLATFORM}:{id}")
-            }
-        };
-        let mut rules = Rules::default();
-        for (&c, list) in &self.pins {
-            let bots = list
-                .iter()
-                .enumerate()
-                .map(|(i, &b)| {
-                    let id = &self.bots[b].id;
-                    if (c + i) % 3 == 0 {
-                        format!("{PLATFORM}:{id}")
-                    } else {
-                        id.clone()
-                    }
-                })
-                .collect();
-            rules.priority.insert(key(c), bots);
-        }
-        rules.exclude = self.excluded.iter().map(|&c| key(c)).collect();
-        rules
-    }
-
-    /// The index: bots and channels interned in order, `previous` as the current assignment.
-    fn index(&self) -> FleetIndex {
-        let mut index = FleetIndex::new();
-        let p = index.platform_mut(PLATFORM);
-        for bot in &self.bots {
-            let b = p.add_bot(&bot.id);
-            p.set_online(b, bot.online);
-        }
-        for ch in &self.channels {
-            let c = p.add_channel(&ch.id);
-            for &m in &ch.members {
-                let b = p.find_bot(&self.bots[m].id).expect("bot interned");
-                p.join(b, c);
-            }
-        }
-        for (c, prev) in self.previous.iter().enumerate() {
-            if let Some(b) = *prev {
-                let c = p
-                    .find_channel(&self.channels[c].id)
-                    .expect("channel interned");
-                let b = p.find_bot(&self.bots[b].id).expect("bot interned");
-                p.set_assignee(c, Some(b));
-            }
-        }
-        p.take_journal();
-        index
-    }
-
-    /// The first `nb` bots and `nc` channels: the same fleet, cut down, so that proptest shrinks
-    /// a failure by size without changing everything else.
-    fn truncated(mut self, nb: usize, nc: usize) -> Fleet {
-        self.bots.truncate(nb);
-        self.channels.truncate(nc);
-        for ch in &mut self.channels {
-            ch.members.retain(|&b| b < nb);
-        }
-        self.pins = std::mem::take(&mut self.pins)
-            .into_iter()
-            .filter(|&(c, _)| c < nc)
-            .map(|(c, list)| (c, list.into_iter().filter(|&b| b < nb).collect()))
-            .collect();
-        self.excluded.retain(|&c| c < nc);
-        self.previous.truncate(nc);
-        for p in &mut self.previous {
-            *p = p.filter(|&b| b < nb);
-        }
-        self
-    }
-
-    fn bot_ids(&self) -> HashMap<&str, usize> {
-        self.bots
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (b.id.as_str(), i))
-            .collect()
-    }
-
-    fn channel_ids(&self) -> HashMap<&str, usize> {
-        self.channels
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.id.as_str(), i))
-            .collect()
-    }
-}
+/// [`BIG`], every channel j also holding bots j and j + 1 (the components' sub-fleets).
+const CONNECTED: Knobs = Knobs {
+    connected: true,
+    ..BIG
+};
 
 /// The rules, straight from their definition.
 struct Truth {
@@ -380,7 +157,7 @@ fn truth(f: &Fleet) -> Truth {
             .filter(|&b| f.bots[b].online)
             .collect();
         let pin = f
-            .pins
+            .priority
             .get(&c)
             .and_then(|list| list.iter().copied().find(|b| online.contains(b)));
         pinned.push(pin);
@@ -718,15 +495,14 @@ fn size(max: usize) -> impl Strategy<Value = usize> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 40,
         max_shrink_iters: 512,
-        ..ProptestConfig::default()
+        ..config(40)
     })]
 
     /// `balance::plan` from scratch, with a random previous assignment.
     #[test]
     fn scratch_plans_are_certified(seed in any::<u64>(), nb in size(BOTS), nc in size(CHANNELS)) {
-        let f = generate(&mut Lcg(seed), "", BOTS, CHANNELS, BIG, false).truncated(nb, nc);
+        let f = Fleet::generate(&mut Lcg(seed), "", BOTS, CHANNELS, &BIG).truncated(nb, nc);
         let index = f.index();
         let plan = balance::plan(&index, &f.rules(), OPTIMAL);
         let pi = index.platform(PLATFORM).unwrap();
@@ -877,9 +653,8 @@ fn away_and_back(rng: &mut Lcg, f: &mut Fleet, index: &mut FleetIndex, away: &mu
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 40,
         max_shrink_iters: 512,
-        ..ProptestConfig::default()
+        ..config(40)
     })]
 
     /// `Planner` applies its plans and re-plans incrementally after every batch of events;
@@ -891,7 +666,7 @@ proptest! {
         nc in size(CHANNELS),
     ) {
         let mut rng = Lcg(seed);
-        let f = generate(&mut rng, "", BOTS, CHANNELS, BIG, false).truncated(nb, nc);
+        let f = Fleet::generate(&mut rng, "", BOTS, CHANNELS, &BIG).truncated(nb, nc);
         check_replans(f, BATCHES, |f, index| random_batch(&mut rng, f, index))?;
     }
 
@@ -903,7 +678,7 @@ proptest! {
         nc in size(CHANNELS),
     ) {
         let mut rng = Lcg(seed);
-        let f = generate(&mut rng, "", BOTS, CHANNELS, BIG, false).truncated(nb, nc);
+        let f = Fleet::generate(&mut rng, "", BOTS, CHANNELS, &BIG).truncated(nb, nc);
         let mut away = None;
         check_replans(f, 8, |f, index| away_and_back(&mut rng, f, index, &mut away))?;
     }
@@ -964,7 +739,7 @@ fn check_replans(
 #[test]
 fn wide_fleet_plans_are_certified() {
     let mut rng = Lcg(0x5eed_3200);
-    let f = generate(&mut rng, "", 3200, 8000, BIG, false);
+    let f = Fleet::generate(&mut rng, "", 3200, 8000, &BIG);
     if let Err(e) = check_replans(f, 2, |f, index| random_batch(&mut rng, f, index)) {
         panic!("{e}");
     }
@@ -982,21 +757,24 @@ fn incremental_replan_after_two_leaves() {
     let f = Fleet {
         bots: (0..4)
             .map(|i| Bot {
+                platform: 0,
                 id: format!("b{i}"),
                 online: true,
+                capacity: None,
             })
             .collect(),
         channels: [vec![0], vec![0, 1, 2, 3], vec![0]]
             .into_iter()
             .enumerate()
             .map(|(j, members)| Channel {
+                platform: 0,
                 id: format!("g{j}"),
                 members,
+                weight: 0.0,
             })
             .collect(),
-        pins: BTreeMap::new(),
-        excluded: BTreeSet::new(),
         previous: vec![Some(0); 3],
+        ..Fleet::default()
     };
     let leaves = |f: &mut Fleet, index: &mut FleetIndex| {
         for c in [0, 2] {
@@ -1037,21 +815,18 @@ fn disjoint_union(rng: &mut Lcg, parts: &[Fleet]) -> (Fleet, Vec<usize>, Vec<usi
             .iter()
             .map(|&(p, i)| parts[p].bots[i].clone())
             .collect(),
-        channels: Vec::new(),
-        pins: BTreeMap::new(),
-        excluded: BTreeSet::new(),
-        previous: Vec::new(),
+        ..Fleet::default()
     };
     for (g, &(p, i)) in channels.iter().enumerate() {
         let part = &parts[p];
         let ch = &part.channels[i];
         union.channels.push(Channel {
-            id: ch.id.clone(),
             members: ch.members.iter().map(|&b| bot_at[p][b]).collect(),
+            ..ch.clone()
         });
-        if let Some(list) = part.pins.get(&i) {
+        if let Some(list) = part.priority.get(&i) {
             union
-                .pins
+                .priority
                 .insert(g, list.iter().map(|&b| bot_at[p][b]).collect());
         }
         if part.excluded.contains(&i) {
@@ -1066,9 +841,8 @@ fn disjoint_union(rng: &mut Lcg, parts: &[Fleet]) -> (Fleet, Vec<usize>, Vec<usi
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 32,
         max_shrink_iters: 512,
-        ..ProptestConfig::default()
+        ..config(32)
     })]
 
     /// A fleet of independent sub-fleets is planned per component: the union's plan, restricted
@@ -1080,7 +854,7 @@ proptest! {
             .map(|i| {
                 let nb = 3 + rng.below(13);
                 let nc = nb + rng.below(500);
-                generate(&mut rng, &format!("k{i}-"), nb, nc, BIG, true)
+                Fleet::generate(&mut rng, &format!("k{i}-"), nb, nc, &CONNECTED)
             })
             .collect();
         let (union, bot_part, channel_part) = disjoint_union(&mut rng, &parts);
@@ -1157,7 +931,7 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(config(300))]
 
     /// On tiny fleets, every assignment is enumerated: certificate 1 accepts exactly those of
     /// least Σ load², certificate 2 exactly those with the fewest moves for their loads, and
@@ -1168,7 +942,7 @@ proptest! {
         nb in 1usize..=4,
         nc in 0usize..=6,
     ) {
-        let f = generate(&mut Lcg(seed), "", nb, nc, TINY, false);
+        let f = Fleet::generate(&mut Lcg(seed), "", nb, nc, &TINY);
         let t = truth(&f);
         let free: Vec<usize> = (0..nc)
             .filter(|&c| t.valid[c].as_ref().is_some_and(|v| !v.is_empty()))

@@ -3,7 +3,8 @@
 //! Each module is one subject; [`support`] is what they share: temporary directories, the
 //! service in process or as the real binary, real PostgreSQL, MariaDB and Redis servers (Redis
 //! Cluster and Sentinel in `crate::support::topologies`, a throwaway CA in `crate::support::ca`), and the
-//! property tests' fleets (`crate::support::fleets`).
+//! property tests' fleets (`crate::support::fleets`: one model, one seeded generator with knobs,
+//! the index and the rules a fleet stands for).
 //!
 //! * The planner: `balance_props`, `certified`, `weighted_props` (property tests against
 //!   independent oracles), `plan_cli`.

@@ -2,8 +2,8 @@
 //! helpers, and (in the modules) the service in process or as the real binary ([`service`]),
 //! real PostgreSQL and MariaDB servers and the database as an operator reads it ([`sql`]), real
 //! Redis servers, clusters and sentinels ([`redis`]), a throwaway CA ([`ca`]), and the property
-//! tests' fleets ([`fleets`]). Servers start on free loopback ports, in directories of their
-//! own, and stop when dropped.
+//! tests' fleets, with their seeded generator, index and rules ([`fleets`]). Servers start on
+//! free loopback ports, in directories of their own, and stop when dropped.
 
 pub mod ca;
 pub mod fleets;
