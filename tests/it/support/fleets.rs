@@ -387,8 +387,8 @@ impl Fleet {
 
 /// A proptest configuration of `cases` cases that records failures beside the test's module
 /// (`tests/it/certified.proptest-regressions`, checked in) and replays them first. Proptest's
-/// default looks for the directory with a `main.rs` and records beside it instead
-/// (`tests/proptest-regressions/certified.txt`): `tests/it` is that directory.
+/// default looks for the directory with a `main.rs` and records in a `proptest-regressions`
+/// folder beside it instead, named after the module: `tests/it` is that directory.
 pub fn config(cases: u32) -> ProptestConfig {
     let persistence = FileFailurePersistence::WithSource("proptest-regressions");
     ProptestConfig {
