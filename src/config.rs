@@ -282,6 +282,9 @@ impl Config {
                     .collect(),
                 weight_floor: raw.weights.floor.get(),
                 min_gain: raw.weights.min_gain.get(),
+                search_time: raw.weights.search_time.get(),
+                // The engine's, at runtime.
+                search_interrupt: Default::default(),
                 // An operator's, at runtime: never in the file.
                 pins: Default::default(),
                 drained: Default::default(),

@@ -201,6 +201,9 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     );
     engine.load_weights(stored.weights);
     engine.set_overrides(stored.overrides);
+    // A queued fleet event stops a plan's search: its provisional assignee comes first.
+    let queue = inputs.fleet_tx.clone();
+    engine.interrupt_searches_when(move || queue.capacity() < queue.max_capacity());
     // Bound before leadership: a leader records the address its followers name.
     let api_listener = bind_api(&common).await?;
     let advertised = api_listener

@@ -44,6 +44,9 @@ pub struct Settings {
     /// The least relative drop of Σ (weighted load)² a run must reach before it moves a
     /// channel voluntarily (`balanceBy: messages`).
     pub min_gain: Amount<1>,
+    /// Seconds a `balanceBy: messages` plan may spend on its improvement phase and its proof
+    /// of optimality (0: none).
+    pub search_time: Amount<60>,
 }
 
 impl Default for Settings {
@@ -52,6 +55,7 @@ impl Default for Settings {
             half_life: Seconds::secs(86_400),
             floor: Amount(1.0),
             min_gain: Amount(0.01),
+            search_time: Amount(1.0),
         }
     }
 }

@@ -127,13 +127,16 @@ impl PlatformPlan {
             s.mean, s.stddev, s.min, s.max
         );
         if let Some(c) = &self.certificate {
+            let gap = if c.optimal() {
+                "0 (optimal)".to_owned()
+            } else {
+                format!("{:.3}%", 100.0 * c.gap())
+            };
             let _ = write!(
                 line,
-                "; Σ weighted load² {:.6e}, lower bound {:.6e}, gap {:.3}%{}{}",
+                "; Σ weighted load² {:.6e}, lower bound {:.6e}, gap {gap}{}",
                 c.sum_sq,
                 c.lower_bound,
-                100.0 * c.gap(),
-                if c.exact { " (exact)" } else { "" },
                 if c.held_back {
                     " (voluntary moves held back: below minGain)"
                 } else {
@@ -224,6 +227,10 @@ fn plan_afresh(
     }
 }
 
+/// Per platform, channels given a bot at once since the last plan, with the assignee each
+/// had before (see [`Planner::plan_counting_from`]).
+pub type Before = FxHashMap<String, FxHashMap<ChanIx, Option<BotIx>>>;
+
 /// Channels up to which the optimal strategy plans a platform from scratch every time.
 const SMALL_PLATFORM: usize = 4096;
 
@@ -303,6 +310,18 @@ impl Planner {
 
     /// Plans every enabled platform and records the result as the index's assignment.
     pub fn plan(&mut self, index: &mut FleetIndex) -> Plan {
+        self.plan_counting_from(index, &Before::default())
+    }
+
+    /// [`Planner::plan`], with moves counted from the assignment `before` some channels were
+    /// given a bot at once (the provisional pass): the previous assignee of each channel
+    /// listed there is the one it had before, so the plan moves the fewest channels counted
+    /// from the assignment before the events, not from the provisional bots. (A channel whose
+    /// earlier bot is still invalid may then go anywhere at no cost: it had to move anyway.)
+    /// The plan's changes and counted moves are still relative to the index's assignment.
+    /// Balancing channels, the plan from the provisional bots is kept when it moves no more
+    /// channels counted from before (so no channel leaves its provisional bot for nothing).
+    pub fn plan_counting_from(&mut self, index: &mut FleetIndex, before: &Before) -> Plan {
         let rules = &self.rules;
         let mut platforms = Vec::new();
         for p in index.platforms_mut() {
@@ -342,6 +361,26 @@ impl Planner {
                 || resolved.has_capacities()
                 || resolved.balance_by == BalanceBy::Messages;
             let mut certificate = None;
+            // The assignment before the provisional pass, for the plan's notion of "previous";
+            // the index gets its current assignment back before the plan is compared with it.
+            let earlier: Vec<(ChanIx, Option<BotIx>)> = before
+                .get(p.name())
+                .map(|m| {
+                    m.iter()
+                        .filter(|&(&c, _)| (c as usize) < p.channel_count())
+                        .map(|(&c, &b)| (c, b.filter(|&b| (b as usize) < p.bot_count())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let current: Vec<(ChanIx, Option<BotIx>)> =
+                earlier.iter().map(|&(c, _)| (c, p.assignee(c))).collect();
+            for &(c, b) in &earlier {
+                p.set_assignee(c, b);
+            }
+            if !earlier.is_empty() {
+                // The remembered state's homes are the provisional bots.
+                state = None;
+            }
             let outcome = match self.strategy {
                 _ if afresh => {
                     state = None;
@@ -364,6 +403,46 @@ impl Planner {
                     })
                 }
             };
+            for &(c, b) in &current {
+                p.set_assignee(c, b);
+            }
+            let mut outcome = outcome;
+            if !earlier.is_empty()
+                && self.strategy == Strategy::Optimal
+                && resolved.balance_by == BalanceBy::Channels
+            {
+                // A channel that had to move anyway may go anywhere at no cost counted from
+                // before the events, so the plan above may place it elsewhere than its
+                // provisional bot for nothing. The plan from the provisional bots (today's
+                // homes) is kept instead when it moves no more channels counted from before:
+                // the fewest moves from before first, then the fewest changes to what was just
+                // committed.
+                let (from_here, _) = plan_afresh(p, &resolved, self.strategy);
+                let earlier: FxHashMap<ChanIx, Option<BotIx>> = earlier.iter().copied().collect();
+                let moved = |o: &Outcome| match o {
+                    Outcome::Full(assignee) => {
+                        let mut n = 0usize;
+                        for (c, &now) in assignee.iter().enumerate() {
+                            let c = c as ChanIx;
+                            let base = earlier.get(&c).copied().unwrap_or_else(|| p.assignee(c));
+                            if let Some(b) = base
+                                && now != Some(b)
+                                && !resolved.is_excluded(c)
+                                && resolved.valid_bots(p, c).any(|v| v == b)
+                            {
+                                n += 1;
+                            }
+                        }
+                        n
+                    }
+                    Outcome::Changed { .. } => usize::MAX,
+                };
+                if moved(&from_here) <= moved(&outcome) {
+                    outcome = from_here;
+                    // The remembered state was built for the other plan.
+                    state = None;
+                }
+            }
             let plan = finish(p, &resolved, outcome, certificate);
             for &(c, bot) in &plan.changes {
                 p.set_assignee(c, bot);

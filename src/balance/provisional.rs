@@ -6,7 +6,9 @@
 //! client that obeys `channel.assignee` ignores its messages. So the engine asks this module,
 //! after every batch of fleet events, for a valid bot for each channel left without one, and
 //! commits it at once; the delayed rebalance then improves the balance, counting its moves from
-//! the provisional bots (so a provisional bot keeps its channel unless balance requires a move).
+//! the assignment before the events ([`crate::balance::Planner::plan_counting_from`]): a channel
+//! given a bot here had to move anyway, so the rebalance may move it again at no cost and moves
+//! the fewest channels overall.
 //!
 //! Only *necessary* changes are made here: a channel whose assignee is still valid is never
 //! touched, however unbalanced, so voluntary moves keep waiting for the delays. The bot chosen
@@ -68,6 +70,9 @@ pub struct Provisions {
     pub forced: usize,
     /// Channels that had no assignee.
     pub first: usize,
+    /// The assignee each changed channel had before (in the order of `changes`): the
+    /// rebalance counts its moves from there.
+    pub earlier: Vec<Option<BotIx>>,
 }
 
 /// Gives each of `candidates` (duplicates allowed) that lacks a valid assignee its pinned or
@@ -102,11 +107,13 @@ pub fn assign(
                 .min_by_key(|&b| (index.load(b), b))
         });
         let Some(best) = best else { continue };
-        if index.assignee(c).is_some() {
+        let earlier = index.assignee(c);
+        if earlier.is_some() {
             out.forced += 1;
         } else {
             out.first += 1;
         }
+        out.earlier.push(earlier);
         index.set_assignee(c, Some(best));
         out.changes.push((c, best));
     }

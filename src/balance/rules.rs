@@ -37,6 +37,12 @@ pub struct Rules {
     /// The least relative drop of Σ (weighted load)² that a run must reach before it moves a
     /// channel voluntarily (`balanceBy: messages` only: weights drift all the time).
     pub min_gain: f64,
+    /// Seconds a `balanceBy: messages` plan may spend improving itself and proving its
+    /// optimality (`weights.searchTime`; 0: the heuristic plan alone).
+    pub search_time: f64,
+    /// Asked during that search: `true` stops it at once with the best plan so far (the
+    /// engine asks whether fleet events wait, so a search never delays them).
+    pub search_interrupt: Interrupt,
     /// An operator's pins, full channel keys → the bot, or `None` to hold the channel with no
     /// assignee (not from the config: see [`crate::operator`]).
     pub pins: BTreeMap<String, Option<String>>,
@@ -55,9 +61,46 @@ impl Default for Rules {
             channel_weights: BTreeMap::new(),
             weight_floor: 1.0,
             min_gain: 0.01,
+            search_time: 1.0,
+            search_interrupt: Interrupt::never(),
             pins: BTreeMap::new(),
             drained: BTreeSet::new(),
         }
+    }
+}
+
+/// A question a long search asks now and then: should it stop now? (Compared equal whatever
+/// it asks: it is no rule.)
+#[derive(Clone, Default)]
+pub struct Interrupt(Option<std::sync::Arc<dyn Fn() -> bool + Send + Sync>>);
+
+impl Interrupt {
+    pub const fn never() -> Interrupt {
+        Interrupt(None)
+    }
+
+    pub fn new(ask: impl Fn() -> bool + Send + Sync + 'static) -> Interrupt {
+        Interrupt(Some(std::sync::Arc::new(ask)))
+    }
+
+    pub fn requested(&self) -> bool {
+        self.0.as_ref().is_some_and(|ask| ask())
+    }
+}
+
+impl PartialEq for Interrupt {
+    fn eq(&self, _: &Interrupt) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Interrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Interrupt"
+        } else {
+            "Interrupt(never)"
+        })
     }
 }
 
@@ -220,6 +263,8 @@ impl Rules {
             weights: weights.into_iter().map(|(c, (_, w))| (c, w)).collect(),
             weight_floor: self.weight_floor,
             min_gain: self.min_gain,
+            search_time: self.search_time,
+            search_interrupt: self.search_interrupt.clone(),
         }
     }
 }
@@ -245,6 +290,8 @@ pub struct Resolved {
     weights: FxHashMap<ChanIx, f64>,
     pub weight_floor: f64,
     pub min_gain: f64,
+    pub search_time: f64,
+    pub search_interrupt: Interrupt,
 }
 
 impl Resolved {

@@ -200,3 +200,61 @@ pub(super) fn zipf(
     p.take_journal();
     Fleet { name, index, rules }
 }
+
+/// Operators' fleets: a handful to a hundred accounts, each group with 1–4 of them (accounts
+/// drawn by popularity ∝ 1/rank^skew), message rates from a Pareto law (P(w > x) = x^−α,
+/// whole, at most a cap): a few groups carry most of the messages.
+pub fn operators() -> Vec<Generator> {
+    vec![
+        ("op-8x600", |s| pareto(s, "op-8x600", 8, 600, 1.0, 1e5, 0.0)),
+        ("op-20x2000", |s| {
+            pareto(s, "op-20x2000", 20, 2000, 1.0, 1e5, 0.5)
+        }),
+        ("op-40x1500-heavy", |s| {
+            pareto(s, "op-40x1500-heavy", 40, 1500, 0.8, 1e5, 0.5)
+        }),
+        ("op-100x10000-heavy", |s| {
+            pareto(s, "op-100x10000-heavy", 100, 10_000, 0.8, 1e6, 0.5)
+        }),
+    ]
+}
+
+/// Pareto rates (P(w > x) = x^-alpha, whole, at most `cap`), accounts chosen by popularity
+/// ∝ 1/rank^skew.
+fn pareto(
+    s: u64,
+    name: &'static str,
+    bots: usize,
+    groups: usize,
+    alpha: f64,
+    cap: f64,
+    skew: f64,
+) -> Fleet {
+    let mut rng = ChaCha8Rng::seed_from_u64(s ^ 0x0be7);
+    let mut index = FleetIndex::new();
+    let p = index.platform_mut(PLATFORM);
+    let ids: Vec<u32> = (0..bots).map(|i| p.add_bot(&bot_id(i))).collect();
+    let popularity =
+        WeightedAliasIndex::new((1..=bots).map(|r| (r as f64).powf(-skew)).collect()).expect("w");
+    let mut members = Vec::new();
+    for g in 0..groups {
+        let channel = p.add_channel(&channel_id(g));
+        let k = rng.random_range(1..=4usize.min(bots));
+        members.clear();
+        for _ in 0..64 {
+            let b = ids[popularity.sample(&mut rng)];
+            if !members.contains(&b) {
+                members.push(b);
+                if members.len() == k {
+                    break;
+                }
+            }
+        }
+        for &b in &members {
+            p.join(b, channel);
+        }
+        let u: f64 = rng.random::<f64>().max(1e-300);
+        p.set_weight(channel, u.powf(-1.0 / alpha).ceil().min(cap));
+    }
+    all_online(name, index, &ids)
+}

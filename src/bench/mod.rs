@@ -64,10 +64,11 @@ pub struct Args {
     /// With --plan-io: also run this binary (an older build) on the same snapshot.
     #[arg(long, requires = "plan_io")]
     pub baseline: Option<std::path::PathBuf>,
-    /// With --plan-io: the Python that has OR-Tools (`pip install ortools`), to solve the same
-    /// instance with its SimpleMinCostFlow side by side.
-    #[arg(long, requires = "plan_io", default_value = "python3")]
-    pub ortools: std::path::PathBuf,
+    /// With --plan-io: the Python that has OR-Tools (`pip install ortools`; default
+    /// `python3`), to solve the same instance with its SimpleMinCostFlow side by side. With
+    /// --weighted: CP-SAT, started from the plan, on the operators' fleets for 60 s each.
+    #[arg(long)]
+    pub ortools: Option<std::path::PathBuf>,
     /// Instead: `balanceBy: messages` on the fleets with Zipf-distributed weights: time against
     /// the count-balanced plan, the certified gap, and moves per run while weights drift.
     #[arg(long)]
@@ -103,12 +104,23 @@ pub fn run(args: &Args) -> bool {
             .is_ok();
     }
     if args.weighted {
-        return weighted::run(args.seed, args.quick, args.only.as_deref());
+        return weighted::run(
+            args.seed,
+            args.quick,
+            args.only.as_deref(),
+            args.ortools.as_deref(),
+        );
     }
     if args.plan_io {
-        return planio::run(args.seed, args.baseline.as_deref(), &args.ortools)
-            .inspect_err(|e| eprintln!("error: {e:#}"))
-            .is_ok();
+        return planio::run(
+            args.seed,
+            args.baseline.as_deref(),
+            args.ortools
+                .as_deref()
+                .unwrap_or(std::path::Path::new("python3")),
+        )
+        .inspect_err(|e| eprintln!("error: {e:#}"))
+        .is_ok();
     }
     let mut all_held = true;
     if cfg!(debug_assertions) {

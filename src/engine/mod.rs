@@ -80,6 +80,8 @@ pub struct Engine {
     overrides: Overrides,
     /// What the planner obeys: the config's rules, then the overrides.
     rules: Rules,
+    /// When a plan's search should stop early: fleet events wait.
+    search_interrupt: crate::balance::rules::Interrupt,
     index: FleetIndex,
     planner: Planner,
     outputs: Outputs,
@@ -127,6 +129,7 @@ impl Engine {
             planner: Planner::new(config.strategy, config.rules.clone()),
             overrides: Overrides::default(),
             rules: config.rules.clone(),
+            search_interrupt: Default::default(),
             index,
             writer,
             phase: Phase::AwaitingSources,
@@ -258,6 +261,13 @@ impl Engine {
                 let _ = reply.send(run);
             }
         }
+    }
+
+    /// A plan's search stops early when `waiting` says fleet events wait behind it, so that
+    /// their provisional assignees come at once (`weights.searchTime` is an upper bound).
+    pub fn interrupt_searches_when(&mut self, waiting: impl Fn() -> bool + Send + Sync + 'static) {
+        self.search_interrupt = crate::balance::rules::Interrupt::new(waiting);
+        self.rules_changed();
     }
 
     /// Asks for a rebalance after `cause`'s delay.

@@ -26,6 +26,7 @@ impl Engine {
     /// The planner's rules: the config's, then the operators' overrides.
     pub(super) fn rules_changed(&mut self) {
         let mut rules = self.config.rules.clone();
+        rules.search_interrupt = self.search_interrupt.clone();
         rules.pins = self.overrides.pin_rules();
         rules.drained = self.overrides.drain_rules();
         self.planner.set_rules(&rules);

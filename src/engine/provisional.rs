@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tracing::info;
 
 use super::{Engine, Phase, record};
+use crate::balance::Before;
 use crate::balance::provisional::{self, Stored};
 use crate::index::{ChanIx, FleetIndex};
 use crate::operator::{Drain, Pin};
@@ -23,6 +24,10 @@ pub(super) struct Unattended {
     /// Moves made at once since the last rebalance, per platform: its history record counts
     /// them with its own forced moves, so the history still holds every move.
     moves: HashMap<String, usize>,
+    /// Per platform, the channels given a bot at once since the last rebalance, with the
+    /// assignee each had before the first of those: the rebalance counts its moves from the
+    /// assignment before the events.
+    before: Before,
 }
 
 impl Unattended {
@@ -97,12 +102,19 @@ impl Unattended {
     pub(super) fn take_moves(&mut self) -> usize {
         self.moves.drain().map(|(_, n)| n).sum()
     }
+
+    /// The assignment before the provisional passes since the last rebalance (see
+    /// [`Unattended::before`]), for the rebalance that starts now.
+    pub(super) fn take_before(&mut self) -> Before {
+        std::mem::take(&mut self.before)
+    }
 }
 
 impl Engine {
     /// Gives every channel noted since the last call that still lacks a valid bot its
     /// provisional one, and commits and publishes it at once; the debounced rebalance that
-    /// the same events asked for improves the balance later, counting its moves from here.
+    /// the same events asked for improves the balance later, counting its moves from the
+    /// assignment before them.
     /// Before the sources have reported, a stored assignee that no source has reported yet is
     /// held (it may still be connecting); one reported offline is replaced like later.
     pub(super) fn assign_provisionally(&mut self) {
@@ -136,6 +148,10 @@ impl Engine {
             let done = provisional::assign(p, &resolved, &mut channels, stored);
             if done.changes.is_empty() {
                 continue;
+            }
+            let earlier = self.unattended.before.entry(platform.clone()).or_default();
+            for (&(c, _), &was) in done.changes.iter().zip(&done.earlier) {
+                earlier.entry(c).or_insert(was);
             }
             let p = &*p;
             let changes: Vec<_> = done.changes.iter().map(|&(c, b)| (c, Some(b))).collect();

@@ -1,7 +1,7 @@
 //! A rebalance: plan every enabled platform, hand the rows to the writer, show and publish the
 //! changes, report the run.
 
-use crate::balance::{Plan, Planner};
+use crate::balance::{Before, Plan, Planner};
 use crate::index::FleetIndex;
 
 use super::Engine;
@@ -16,7 +16,8 @@ impl Engine {
         self.fold_traffic();
         let started_at_ms = self.outputs.clock.unix_ms();
         let planning = std::time::Instant::now();
-        let plan = plan_off_the_runtime(&mut self.planner, &mut self.index);
+        let before = self.unattended.take_before();
+        let plan = plan_off_the_runtime(&mut self.planner, &mut self.index, &before);
         self.runs += 1;
         self.report_plan(&plan, &causes, planning.elapsed());
         // The rows go to the writer first, handed over: it commits beside the engine while
@@ -47,9 +48,10 @@ impl Engine {
     }
 }
 
-/// Plans without stalling the runtime's other tasks.
-fn plan_off_the_runtime(planner: &mut Planner, index: &mut FleetIndex) -> Plan {
-    off_the_runtime(|| planner.plan(index))
+/// Plans without stalling the runtime's other tasks, counting moves from the assignment
+/// before the last events (`before`: the groups' bots before their provisional ones).
+fn plan_off_the_runtime(planner: &mut Planner, index: &mut FleetIndex, before: &Before) -> Plan {
+    off_the_runtime(|| planner.plan_counting_from(index, before))
 }
 
 /// Runs a long computation without stalling the runtime's other tasks (on a multi-thread

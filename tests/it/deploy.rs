@@ -144,9 +144,11 @@ fn tokens_have_roles_checked_before_routing() {
     let (status, _) = get(&url("/v1/status"), Some("wrong"));
     assert_eq!(status, 401);
     // The audit row is written with the next commit.
-    eventually("the change audited with its credential", Duration::from_secs(10), || {
-        get(&url("/v1/audit"), Some("read-token")).1["audit"][0]["by"] == "api.token (admin)"
-    });
+    eventually(
+        "the change audited with its credential",
+        Duration::from_secs(10),
+        || get(&url("/v1/audit"), Some("read-token")).1["audit"][0]["by"] == "api.token (admin)",
+    );
     service.stop().unwrap();
 }
 

@@ -6,7 +6,7 @@
 //! property tests' fleets (`crate::support::fleets`: one model, one seeded generator with knobs,
 //! the index and the rules a fleet stands for).
 //!
-//! * The planner: `balance_props`, `certified`, `weighted_props` (property tests against
+//! * The planner: `balance_props`, `certified`, `weighted_props`, `weighted_exact` (property tests against
 //!   independent oracles), `plan_cli`.
 //! * The service: `service`, `reporters`, `onebot`, `no_silent_group`, `weights`, `hostile`,
 //!   `http`, `operator` (pins, drains, dry runs), `operators` (what they see), `grafana`.
@@ -43,5 +43,6 @@ mod several;
 mod store_layout;
 mod store_weights;
 mod tls_sql;
+mod weighted_exact;
 mod weighted_props;
 mod weights;

@@ -31,7 +31,14 @@
 //! least `minGain` of the kept plan's (or lower the excess over capacities), the kept plan is the
 //! plan. Forced and first placements are part of the kept plan and never held back.
 //!
-//! Small fleets (few enough choices to try them all) are solved exactly by enumeration.
+//! Small fleets (few enough choices to try them all) are solved exactly by enumeration. Then,
+//! within `weights.searchTime` ([`anytime`]), large-neighbourhood search improves the plan and
+//! an exact branch and bound ([`search`]) proves it optimal or tightens the bound.
+
+mod anytime;
+mod search;
+
+use std::time::Duration;
 
 use crate::balance::rules::Resolved;
 use crate::index::{BotIx, ChanIx, PlatformIndex};
@@ -56,7 +63,9 @@ pub struct Certificate {
     pub sum_sq: f64,
     /// No assignment of the platform has a smaller Σ (weighted load)².
     pub lower_bound: f64,
-    /// The plan was found by trying every assignment: it is optimal, whatever the bound says.
+    /// The best plan is proven optimal (least excess, Σ (weighted load)², then moves): found
+    /// by trying every assignment, or by the exact search. The plan itself is that one unless
+    /// `held_back`.
     pub exact: bool,
     /// Voluntary moves were found but held back: they gained less than `minGain`.
     pub held_back: bool,
@@ -68,11 +77,18 @@ impl Certificate {
     /// The plan's relative distance above the lower bound: an upper bound on its distance
     /// from the optimum (0 for an exact plan that was not held back).
     pub fn gap(&self) -> f64 {
-        if self.sum_sq <= self.lower_bound || self.lower_bound <= 0.0 {
+        if self.optimal() || self.sum_sq <= self.lower_bound || self.lower_bound <= 0.0 {
             0.0
         } else {
             (self.sum_sq - self.lower_bound) / self.lower_bound
         }
+    }
+}
+
+impl Certificate {
+    /// The plan is proven optimal: its gap is 0 whatever the bound says.
+    pub fn optimal(&self) -> bool {
+        self.exact && !self.held_back
     }
 }
 
@@ -220,7 +236,7 @@ pub(crate) fn plan(
     };
     let kept_score = inst.score(&kept_load);
 
-    let (best, best_load, exact) = match exact(&inst) {
+    let (mut best, mut best_load, mut exact) = match exact(&inst) {
         Some(optimum) => {
             let load = inst.loads(&optimum);
             (optimum, load, true)
@@ -233,17 +249,36 @@ pub(crate) fn plan(
             (assign, load, false)
         }
     };
-    let best_score = inst.score(&best_load);
     // Any prices give a bound; the best plan's loads are nearest the relaxation's optimum.
-    let lower_bound = if exact {
-        best_score.1
+    let mut lower_bound = if exact {
+        inst.score(&best_load).1
     } else {
         lower_bound(&inst, &best_load)
     };
+    if !exact {
+        let searched = anytime::improve(
+            &inst,
+            p,
+            &mut best,
+            &mut best_load,
+            Duration::from_secs_f64(resolved.search_time),
+            &resolved.search_interrupt,
+        );
+        best_load = inst.loads(&best);
+        exact = searched.proven;
+        lower_bound = lower_bound.max(searched.lower_bound);
+    }
+    let best_score = inst.score(&best_load);
 
     let gains_excess = best_score.0 < kept_score.0 - 1e-9 * (1.0 + kept_score.0);
     let gains_enough = kept_score.1 - best_score.1 >= resolved.min_gain * kept_score.1;
-    let held_back = !gains_excess && !gains_enough && best != kept;
+    // Only a channel taken from its valid previous assignee is a voluntary move (the kept plan
+    // keeps every one); a plan that differs elsewhere only places channels that had none.
+    let voluntary = best
+        .iter()
+        .zip(&inst.previous)
+        .any(|(b, prev)| prev.is_some() && b != prev);
+    let held_back = !gains_excess && !gains_enough && voluntary;
     let (plan, score) = if held_back {
         (kept, kept_score)
     } else {
@@ -279,6 +314,22 @@ pub fn lower_bound_of(p: &PlatformIndex, resolved: &Resolved) -> f64 {
     let inst = Instance::new(p, resolved);
     let kept = keep(&inst, inst.previous.clone());
     lower_bound(&inst, &inst.loads(&kept))
+}
+
+/// The lower bound of the exact search's passes that branch at most `depth` channels, the
+/// heaviest (the split relaxation at the leaves of a branching on the heaviest channels),
+/// from the heuristic plan: what a plan of this platform is certified against when its search
+/// time ends after those passes. Platforms with capacities get the plain bound.
+pub fn branched_lower_bound_of(p: &PlatformIndex, resolved: &Resolved, depth: usize) -> f64 {
+    let inst = Instance::new(p, resolved);
+    let mut assign = keep(&inst, inst.previous.clone());
+    let mut load = inst.loads(&assign);
+    improve(&inst, p, &mut assign, &mut load, Frozen::Nothing);
+    let plain = lower_bound(&inst, &load);
+    if inst.cap.iter().any(|c| c.is_finite()) {
+        return plain;
+    }
+    plain.max(anytime::bound(&inst, &assign, depth))
 }
 
 /// `assign` completed: every channel without a bot, heaviest first, to the valid bot where
