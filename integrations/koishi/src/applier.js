@@ -2,7 +2,10 @@
 'use strict'
 // The applier: follows GET /v1/assignments/stream and writes every group's assignee into
 // Koishi's `channel` table through ctx.database.upsert, so Koishi obeys on the next message
-// whatever database it runs on.
+// whatever database it runs on. A row that someone else wrote (an edit of the table, Koishi's
+// autoAssign) is noticed on the group's next message and written back (`disagreement`); an
+// admin's `assign` becomes a pin in the service first (src/assign.js), and while that pin
+// waits for the service the row is left as the admin wrote it (`hold`).
 
 const { HttpError, NetworkError, Once, Sleeper, backoff, describe, headers, isOutage, networkReason, url, SseParser } = require('./client')
 
@@ -21,7 +24,8 @@ class GapError extends Error {}
 class Applier {
   /**
    * @param {Context} ctx
-   * @param {ClientOptions & { batchSize: number, retryMin: number, retryMax: number }} config
+   * @param {ClientOptions & { reporter?: string, batchSize: number, retryMin: number, retryMax: number }} config
+   *   reporter: named in the stream's URL (the service then counts the open stream as its sign of life)
    * @param {Link} link
    * @param {{ onReconnect?: () => void }} [hooks] onReconnect: the stream came back after a loss
    */
@@ -41,6 +45,12 @@ class Applier {
     this.known = new Map()
     /** Platforms that had a bot at the last write pass. @type {Set<string>} */
     this.active = new Set()
+    /** Rows left alone: an admin's `assign` whose pin the service has not taken yet
+     * (platform:channel). @type {Set<string>} */
+    this.held = new Set()
+    /** The last foreign row logged per channel, so N bots' copies of a message log it once.
+     * @type {Map<string, string>} */
+    this.reported = new Map()
     /** @type {number | null} */
     this.version = null
     /** bumped by every snapshot: a write pass of an older generation stops early */
@@ -74,16 +84,88 @@ class Applier {
     return this.desired.get(platform)?.get(channel)
   }
 
+  // ---- operator changes, and rows written by others -------------------------------------
+
+  /**
+   * The service's assignee of a channel right after an operator change (a pin, a hold), before
+   * the stream brings it: the row then follows it at once. A later stream event wins.
+   * @param {string} platform @param {string} channel @param {string | null} assignee
+   */
+  expect(platform, channel, assignee) {
+    let m = this.desired.get(platform)
+    if (!m) this.desired.set(platform, m = new Map())
+    m.set(channel, assignee ?? '')
+    this.kick()
+  }
+
+  /** Read the row again and write it if it differs (someone may have written it).
+   * @param {string} platform @param {string} channel */
+  recheck(platform, channel) {
+    this.known.get(platform)?.delete(channel)
+    this.kick()
+  }
+
+  /** Leave this row as it is until `release` (an assign whose pin is not delivered yet).
+   * @param {string} platform @param {string} channel */
+  hold(platform, channel) {
+    this.held.add(key(platform, channel))
+  }
+
+  /** @param {string} platform @param {string} channel */
+  release(platform, channel) {
+    this.held.delete(key(platform, channel))
+    this.recheck(platform, channel)
+  }
+
+  /**
+   * A group message's row as Koishi just read it: undefined when it agrees with the service
+   * (or the service has not named the channel, or the row is held), else the service's assignee,
+   * which the caller puts in its place for this message. A row the plugin did not write is
+   * also read again and written back.
+   * @param {string} platform @param {string} channel @param {string} row
+   * @returns {string | undefined}
+   */
+  disagreement(platform, channel, row) {
+    const want = this.desired.get(platform)?.get(channel)
+    if (want === undefined || row === want) return undefined
+    const k = key(platform, channel)
+    if (this.held.has(k)) return undefined
+    const known = this.known.get(platform)
+    // the plugin's own write of an older assignment: the pass under way replaces it
+    if (known?.get(channel) === row) return want
+    if (row && this.reported.get(k) !== row) {
+      this.reported.set(k, row)
+      this.logger.info('channel %s: assignee %s was not written by auto-assign (an edit of the channel table?); set back to the service\'s %s',
+        k, row, want || '(none)')
+    }
+    known?.delete(channel)
+    // (while the database fails, the write loop retries by itself: no retry per message)
+    if (!this.dbDown) this.kick()
+    return want
+  }
+
   // ---- the stream ---------------------------------------------------------------------
 
+  /**
+   * Follows the stream until disposed. The stream names this Koishi's reporter
+   * (`?reporter=`): while it is open the service counts the reporter alive, and when it closes
+   * (a crash closes it at once) and does not come back within the service's
+   * `sources.http.streamGrace` (0.5 s), the reporter's bots go offline. So a stream that drops
+   * after it was in sync is opened again at once, without a word in the log unless that fails
+   * too; only then the backoff (and the outage warning) takes over. At most one immediate
+   * retry per `retryMin`: a stream that keeps dropping falls back to the backoff.
+   */
   async follow() {
     let attempt = 0
     let lost = false
     let lastGap = 0
+    let lastQuick = -Infinity
     while (!this.disposed) {
       const controller = new AbortController()
       this.current = controller
       let synced = false
+      /** a stream in sync that ended or dropped: open it again at once */
+      let quick = false
       try {
         const res = await this.connect(controller)
         this.link.ok()
@@ -92,7 +174,8 @@ class Applier {
         lost = true
         await this.consume(res, controller, () => { synced = true })
         // the server ended the stream: it stops, or this client lagged
-        this.logger.debug('assignment stream ended by the service')
+        this.logger.debug('assignment stream ended by the service; reconnecting')
+        quick = synced
       } catch (e) {
         if (this.disposed) break
         if (e instanceof GapError) {
@@ -103,14 +186,31 @@ class Applier {
           const again = now - lastGap < this.config.retryMax
           lastGap = now
           if (!again) continue
+        } else if (synced && isOutage(e)) {
+          // a drop: the reconnect below says whether the service is gone
+          this.logger.debug('assignment stream lost (%s); reconnecting', describe(e))
+          quick = true
         } else if (isOutage(e)) this.link.fail(e)
         else this.refused.say(describe(e))
       } finally {
         controller.abort()
       }
       if (synced) attempt = 0
+      if (quick) {
+        const now = Date.now()
+        if (now - lastQuick >= this.config.retryMin) {
+          lastQuick = now
+          continue
+        }
+      }
       await this.streamSleeper.sleep(backoff(attempt++, this.config.retryMin, this.config.retryMax))
     }
+  }
+
+  /** The stream's path: it names this Koishi's reporter, whose sign of life it is. */
+  streamPath() {
+    const reporter = this.config.reporter
+    return '/v1/assignments/stream' + (reporter ? '?reporter=' + encodeURIComponent(reporter) : '')
   }
 
   /** @param {AbortController} controller */
@@ -119,7 +219,7 @@ class Applier {
     /** @type {Response} */
     let res
     try {
-      res = await fetch(url(this.config.endpoint, '/v1/assignments/stream'), {
+      res = await (this.config.fetch ?? fetch)(url(this.config.endpoint, this.streamPath()), {
         headers: { ...headers(this.config, false), accept: 'text/event-stream' },
         signal: controller.signal,
       })
@@ -131,8 +231,13 @@ class Applier {
     if (!res.ok || !res.body) {
       const text = await res.text().catch(() => '')
       let detail = text.slice(0, 200)
-      try { detail = JSON.parse(text).error ?? detail } catch {}
-      throw new HttpError('GET', '/v1/assignments/stream', res.status, detail)
+      /** @type {any} */
+      let body = null
+      try {
+        body = JSON.parse(text)
+        if (typeof body?.error === 'string') detail = body.error
+      } catch {}
+      throw new HttpError('GET', '/v1/assignments/stream', res.status, detail, body)
     }
     return res
   }
@@ -310,8 +415,9 @@ class Applier {
         const found = new Map(rows.map(r => [r.id, r.assignee ?? '']))
         for (const id of ids) known.set(id, found.has(id) ? /** @type {string} */ (found.get(id)) : null)
       }
-      // Rows that differ. An unassigned channel without a row needs none.
+      // Rows that differ. An unassigned channel without a row needs none; a held one is left.
       const todo = [...channels].filter(([c, bot]) => {
+        if (this.held.size && this.held.has(key(platform, c))) return false
         const has = known.get(c)
         return has === null ? bot !== '' : has !== bot
       })
@@ -324,7 +430,10 @@ class Applier {
           for (const [id] of batch) known.delete(id)
           throw e
         }
-        for (const [id, assignee] of batch) known.set(id, assignee)
+        for (const [id, assignee] of batch) {
+          known.set(id, assignee)
+          this.reported.delete(key(platform, id))
+        }
         this.logger.debug('wrote %d assignee(s) on %s (version %s)', batch.length, platform, this.version)
       }
     }
@@ -344,6 +453,11 @@ class Applier {
     this.writeSleeper.stop()
     this.current?.abort()
   }
+}
+
+/** @param {string} platform @param {string} channel */
+function key(platform, channel) {
+  return platform + ':' + channel
 }
 
 /** A UNIQUE / duplicate-key violation, on SQLite, MySQL or PostgreSQL. @param {unknown} e */

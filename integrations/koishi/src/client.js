@@ -1,24 +1,50 @@
 // @ts-check
 'use strict'
-// Talking to the auto-assign service: requests, the Server-Sent Events parser, retry backoff,
-// and the shared "is the service reachable" state that logs once per outage.
+// Talking to the auto-assign service: requests (over HTTP, or HTTPS with the plugin's own CA),
+// the Server-Sent Events parser, retry backoff, and the shared "is the service reachable" state
+// that logs once per outage.
+
+const http = require('node:http')
+const https = require('node:https')
+const { rootCertificates } = require('node:tls')
+const { X509Certificate } = require('node:crypto')
+const { readFileSync } = require('node:fs')
+const { resolve } = require('node:path')
+const { Readable } = require('node:stream')
 
 /** @typedef {import('koishi').Logger} Logger */
+
+/**
+ * What the plugin sends a request with: the global `fetch`, or `caFetch`'s.
+ * @typedef {(url: string, init: { method?: string, headers?: Record<string, string>, body?: string,
+ *   signal?: AbortSignal }) => Promise<Response>} Fetch
+ */
 
 /**
  * @typedef {object} ClientOptions
  * @property {string} endpoint  service URL, e.g. http://127.0.0.1:8787 (a path prefix is kept)
  * @property {string} [token]   API token (Authorization: Bearer ...)
  * @property {number} requestTimeout  ms
+ * @property {Fetch} [fetch]  how requests are sent (`caFetch` for the plugin's caFile); default: the global fetch
  */
 
 /** A request that got an HTTP status other than 2xx. */
 class HttpError extends Error {
-  /** @param {string} method @param {string} path @param {number} status @param {string} detail */
-  constructor(method, path, status, detail) {
+  /**
+   * @param {string} method @param {string} path @param {number} status @param {string} detail
+   * @param {any} [body] the parsed JSON body, if it was JSON (a follower's 409 names the leader;
+   *   the service's refusals carry a stable `code`)
+   */
+  constructor(method, path, status, detail, body = null) {
     super(`${method} ${path}: HTTP ${status}${detail ? ` (${detail})` : ''}`)
+    this.method = method
+    this.path = path
     this.status = status
     this.detail = detail
+    /** @type {any} */
+    this.body = body
+    /** the refusal's stable label (`not_a_member`, `forbidden`, …); '' from services before it */
+    this.code = typeof body?.code === 'string' ? body.code : ''
   }
 }
 
@@ -34,10 +60,24 @@ function isOutage(e) {
   return e instanceof NetworkError || (e instanceof HttpError && OUTAGE_STATUSES.has(e.status))
 }
 
+/** A token of too low a role (the service's 403, `"code": "forbidden"`). @param {unknown} e */
+function isForbidden(e) {
+  return e instanceof HttpError && e.status === 403
+}
+
+/** The role a 403 says the request needs ("…; this needs admin"), or null. @param {HttpError} e */
+function neededRole(e) {
+  return /\bneeds (\w+)/.exec(e.detail ?? '')?.[1] ?? null
+}
+
 /** @param {unknown} e @returns {string} */
 function describe(e) {
   if (e instanceof HttpError) {
-    if (e.status === 401) return `${e.message}: check the plugin's token against api.token`
+    if (e.status === 401) return `${e.message}: check the plugin's token against the service's api.token / api.tokens`
+    if (e.status === 403) {
+      return `${e.message}: the plugin's token lacks the role ${neededRole(e) ?? 'this needs'}` +
+        ' (the plugin needs a token of role report, and admin for the commands that change the assignment)'
+    }
     if (e.status === 404) return `${e.message}: check endpoint, and that the service's config enables sources.http`
     return e.message
   }
@@ -45,12 +85,98 @@ function describe(e) {
   return String(e)
 }
 
+/** Node's codes for a certificate signed by no CA it trusts. */
+const UNTRUSTED = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_SIGNATURE_FAILURE',
+  'CERT_UNTRUSTED', 'CERT_REJECTED',
+])
+
 /** A short reason from fetch()'s error (undici hides the useful part in `cause`). @param {any} e */
 function networkReason(e) {
   if (e?.name === 'TimeoutError' || e?.name === 'AbortError') return 'timed out'
-  const cause = e?.cause
+  const cause = e?.cause ?? e
   const message = cause?.message || e?.message || String(e)
-  return cause?.code && !message.includes(cause.code) ? `${message} (${cause.code})` : message
+  const code = typeof cause?.code === 'string' ? cause.code : ''
+  const reason = code && !message.includes(code) ? `${message} (${code})` : message
+  if (UNTRUSTED.has(code)) {
+    return `the service's TLS certificate is not trusted: ${reason}; set the plugin's caFile to the CA that signed the service's api.tls certificate`
+  }
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
+    return `the service's TLS certificate does not name the endpoint's host: ${reason}; its subjectAltName must hold the host or IP of endpoint`
+  }
+  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return `the service's TLS certificate is not valid now: ${reason}`
+  if (code === 'EPROTO' || /wrong version number|packet length too long/i.test(message)) {
+    return `${reason}: is the endpoint's scheme right? https:// for a service with api.tls, http:// without`
+  }
+  return reason
+}
+
+/**
+ * The CA the plugin trusts for an https:// endpoint, as the `caFile` option gives it: PEM text
+ * (it contains `-----BEGIN CERTIFICATE-----`), or the path of a PEM file, relative to `baseDir`
+ * (Koishi's instance directory). Null for ''. Throws, naming the file, when it cannot be read or
+ * holds no certificate.
+ * @param {string} value @param {string} baseDir @returns {string | null}
+ */
+function loadCa(value, baseDir) {
+  const given = String(value ?? '').trim()
+  if (!given) return null
+  const inline = given.includes('-----BEGIN CERTIFICATE-----')
+  const where = inline ? 'caFile (PEM text)' : `caFile ${resolve(baseDir, given)}`
+  let pem = given
+  if (!inline) {
+    try {
+      pem = readFileSync(resolve(baseDir, given), 'utf8')
+    } catch (e) {
+      throw new Error(`${where}: cannot read it: ${/** @type {any} */ (e)?.message ?? e}`)
+    }
+  }
+  try {
+    if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new Error('no -----BEGIN CERTIFICATE----- block')
+    // eslint-disable-next-line no-new
+    new X509Certificate(pem)
+  } catch (e) {
+    throw new Error(`${where}: not a PEM certificate: ${/** @type {any} */ (e)?.message ?? e}`)
+  }
+  return pem
+}
+
+/**
+ * A `fetch` that trusts `ca` (PEM) besides Node's built-in roots, on node:https (the global
+ * fetch cannot be given a CA without the undici package). Answers a `Response` as fetch does,
+ * its body streamed (the assignment stream); fails as fetch does: a TypeError whose `cause` is
+ * the socket's or TLS's error, or the signal's AbortError.
+ * @param {string} ca @returns {Fetch}
+ */
+function caFetch(ca) {
+  const agents = {
+    'https:': new https.Agent({ keepAlive: true, ca: [...rootCertificates, ca] }),
+    'http:': new http.Agent({ keepAlive: true }),
+  }
+  return (url, init) => new Promise((done, fail) => {
+    const target = new URL(url)
+    const agent = target.protocol === 'https:' ? agents['https:'] : target.protocol === 'http:' ? agents['http:'] : null
+    if (!agent) return fail(new TypeError(`fetch failed: unsupported protocol ${target.protocol}`))
+    const body = init.body === undefined ? undefined : Buffer.from(init.body)
+    /** @type {Record<string, string>} */
+    const headers = { ...init.headers }
+    if (body) headers['content-length'] = String(body.length)
+    const send = target.protocol === 'https:' ? https.request : http.request
+    const req = send(target, { method: init.method ?? 'GET', headers, agent, signal: init.signal }, (res) => {
+      const status = res.statusCode ?? 0
+      const out = new Headers()
+      for (const [k, v] of Object.entries(res.headers)) {
+        for (const x of Array.isArray(v) ? v : v === undefined ? [] : [v]) out.append(k, x)
+      }
+      // a Response of these statuses has no body
+      const empty = status === 204 || status === 205 || status === 304
+      if (empty) res.resume()
+      done(new Response(empty ? null : /** @type {any} */ (Readable.toWeb(res)), { status, statusText: res.statusMessage, headers: out }))
+    })
+    req.on('error', (e) => fail(e?.name === 'AbortError' ? e : Object.assign(new TypeError('fetch failed'), { cause: e })))
+    req.end(body)
+  })
 }
 
 /**
@@ -147,7 +273,7 @@ async function request(options, method, path, body, signal) {
   let res
   let text
   try {
-    res = await fetch(url(options.endpoint, path), {
+    res = await (options.fetch ?? fetch)(url(options.endpoint, path), {
       method,
       headers: headers(options, body !== undefined),
       body: body === undefined ? undefined : JSON.stringify(body),
@@ -160,22 +286,16 @@ async function request(options, method, path, body, signal) {
     clearTimeout(timer)
     signal?.removeEventListener('abort', onAbort)
   }
-  if (!res.ok) throw new HttpError(method, path, res.status, errorDetail(text))
-  if (!text) return null
+  /** @type {any} */
+  let json = null
   try {
-    return JSON.parse(text)
-  } catch {
-    return null
-  }
-}
-
-/** @param {string} text */
-function errorDetail(text) {
-  try {
-    const body = JSON.parse(text)
-    if (typeof body?.error === 'string') return body.error
+    json = text ? JSON.parse(text) : null
   } catch {}
-  return text.slice(0, 200)
+  if (!res.ok) {
+    const detail = typeof json?.error === 'string' ? json.error : text.slice(0, 200)
+    throw new HttpError(method, path, res.status, detail, json)
+  }
+  return json
 }
 
 /** @param {ClientOptions} options @param {boolean} json @returns {Record<string, string>} */
@@ -258,6 +378,6 @@ class Once {
 }
 
 module.exports = {
-  Once,
-  HttpError, NetworkError, isOutage, describe, networkReason, backoff, Sleeper, Link, request, headers, url, SseParser,
+  Once, HttpError, NetworkError, isOutage, isForbidden, neededRole, describe, networkReason, loadCa, caFetch,
+  backoff, Sleeper, Link, request, headers, url, SseParser,
 }

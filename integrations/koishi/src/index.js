@@ -7,16 +7,21 @@
 //   group receives (for the service's `balanceBy: messages`).
 // * Applier: follows GET /v1/assignments/stream and writes each group's assignee with
 //   ctx.database.upsert('channel', ...), so it works on every database Koishi supports.
-// * Commands (src/commands.js): explain, status, rebalance, answered by one bot per group, in
-//   the user's locale (locales/*.json).
+// * Commands (src/commands.js): explain, status, pins, drains, the dry run (preview), rebalance,
+//   pin, hold, unpin, drain, undrain, answered by one bot per group, in the user's locale
+//   (locales/*.json), on the service's operator routes (src/operator.js).
+// * Koishi's own `assign` (plugin-admin) becomes a pin or a hold in the service, and any row the
+//   plugin did not write is reconciled with the service on the group's next message
+//   (src/assign.js).
 
 const { Schema } = require('koishi')
 const { createHash } = require('node:crypto')
 const { hostname } = require('node:os')
-const { Link } = require('./client')
+const { Link, loadCa, caFetch } = require('./client')
 const { Reporter } = require('./reporter')
 const { Applier } = require('./applier')
 const { registerCommands } = require('./commands')
+const { registerAssign } = require('./assign')
 // JSON, not YAML: Node loads it without a build step or a YAML parser (see README).
 const zhCN = require('../locales/zh-CN.json')
 const enUS = require('../locales/en-US.json')
@@ -29,20 +34,29 @@ const usage = `
 跟随 **auto-assign** 服务：上报本 Koishi 的机器人和它们所在的群，并写入每个群的受理人（assignee），让每个群只由一个机器人回复。
 
 * 在全局设置（koishi.yml）中设置 \`autoAssign: false\`，只让服务决定受理人。
-* 服务的 config.yaml 需要 \`api.bind\` 和 \`sources.http\`；把它的 \`api.token\` 填到这里。
+* 服务的 config.yaml 需要 \`api.bind\` 和 \`sources.http\`；把它的 token 填到这里：\`report\` 角色（\`api.tokens\`）足以上报和跟随，改动分配的指令和 \`assign\` 需要 \`admin\`（\`api.token\` 就是 admin）。
+* 服务开启 HTTPS（\`api.tls\`）时，\`endpoint\` 写 \`https://…\`；证书由自建 CA 签发时，把 CA 证书（PEM 文件路径或内容）填到 \`caFile\`。
 * 不要把服务的 \`database.url\` 指向本 Koishi 的 SQLite 文件。
 * 插件还会上报各群收到的消息数，供服务的 \`balanceBy: messages\` 使用（\`messageReportInterval\`，0 为关闭）。
-* 指令：\`分配.谁\`（auto-assign.explain）、\`分配.状态\`（auto-assign.status）、\`分配.重新分配\`（auto-assign.rebalance）。
+* 指令：\`分配.谁\`、\`分配.状态\`、\`分配.固定\`、\`分配.保持空\`、\`分配.取消固定\`、\`分配.排空\`、\`分配.恢复\`、\`分配.固定列表\`、\`分配.排空列表\`、\`分配.预演\`、\`分配.重新分配\`（发送 \`分配\` 查看说明）。
+* plugin-admin 的 \`assign\` 会成为服务中的固定（\`assign -r\`：保持空），重新分配和服务重启后仍然有效；用 \`分配.取消固定\` 解除。
 
 Follows the **auto-assign** service: it reports this Koishi's bots and their groups, and writes
 each group's assignee, so exactly one bot answers in each group.
 
 * Set \`autoAssign: false\` in the global settings (koishi.yml), so that only the service decides.
-* The service needs \`api.bind\` and \`sources.http\` in its config.yaml; put its \`api.token\` here.
+* The service needs \`api.bind\` and \`sources.http\` in its config.yaml; put a token of it here: role
+  \`report\` (\`api.tokens\`) does the reporting and following, the changing commands and \`assign\` need
+  \`admin\` (\`api.token\` is admin).
+* A service on HTTPS (\`api.tls\`): an \`https://…\` endpoint; a certificate of your own CA: that CA's
+  certificate (a PEM file's path, or its text) in \`caFile\`.
 * Never point the service's \`database.url\` at this Koishi's SQLite file.
 * It also reports how many messages each group receives, for the service's \`balanceBy: messages\`
   (\`messageReportInterval\`; 0 turns that off).
-* Commands: \`auto-assign.explain\`, \`auto-assign.status\`, \`auto-assign.rebalance\`.
+* Commands: \`auto-assign.explain\`, \`status\`, \`pin\`, \`hold\`, \`unpin\`, \`drain\`, \`undrain\`, \`pins\`,
+  \`drains\`, \`preview\`, \`rebalance\` (send \`auto-assign\` for the list).
+* plugin-admin's \`assign\` becomes a pin in the service (\`assign -r\`: a hold), kept across rebalances
+  and restarts of the service; \`auto-assign.unpin\` releases it.
 `
 
 const REPORTER_NAME = /^[A-Za-z0-9_.:-]*$/ // empty: the default
@@ -51,7 +65,8 @@ const REPORTER_NAME = /^[A-Za-z0-9_.:-]*$/ // empty: the default
  * The config as `apply` gets it: every key (the schema fills in the defaults).
  * @typedef {object} Config
  * @property {string} endpoint  URL of the service (its `api.bind`)
- * @property {string} token  the service's `api.token`; '': none
+ * @property {string} token  a token of the service (`api.token`, or one of `api.tokens`: role report, admin for the changing commands); '': none
+ * @property {string} caFile  for an https:// endpoint: the CA (PEM file path, relative to Koishi's directory, or PEM text) that signed the service's certificate; '': Node's built-in roots
  * @property {string} reporter  the name this Koishi reports its bots under; '': derived
  * @property {number} heartbeatInterval  ms
  * @property {number} batchSize  channel rows per `database.upsert`
@@ -59,8 +74,8 @@ const REPORTER_NAME = /^[A-Za-z0-9_.:-]*$/ // empty: the default
  * @property {number} retryMax  ms
  * @property {number} requestTimeout  ms
  * @property {number} messageReportInterval  seconds; 0: message counts are not reported
- * @property {number} readAuthority  authority the reading commands need (explain, status)
- * @property {number} changeAuthority  authority the changing commands need (rebalance)
+ * @property {number} readAuthority  authority the reading commands need (explain, status, pins, drains, preview)
+ * @property {number} changeAuthority  authority the changing commands need (rebalance, pin, hold, unpin, drain, undrain)
  */
 
 /**
@@ -83,6 +98,7 @@ const Config = /** @type {import('koishi').Schema<Partial<Config>, Config>} */ (
   translated(Schema.object({
     endpoint: Schema.string().role('link').default('http://127.0.0.1:8787'),
     token: Schema.string().role('secret').default(''),
+    caFile: Schema.string().role('textarea', { rows: [1, 4] }).default(''),
     reporter: Schema.string().pattern(REPORTER_NAME).default(''),
     heartbeatInterval: Schema.natural().role('ms').min(200).default(10000),
     batchSize: Schema.natural().min(1).max(1000).default(100),
@@ -111,10 +127,15 @@ function defaultReporter(baseDir) {
 /** @param {import('koishi').Context} ctx @param {Config} config */
 function apply(ctx, config) {
   const logger = ctx.logger('auto-assign')
-  const reporter = config.reporter || defaultReporter(ctx.baseDir ?? process.cwd())
+  const baseDir = ctx.baseDir ?? process.cwd()
+  const reporter = config.reporter || defaultReporter(baseDir)
+  // A caFile that cannot be read stops the plugin here, naming the file (Koishi logs it).
+  const ca = loadCa(config.caFile ?? '', baseDir)
+  const fetch = ca ? caFetch(ca) : undefined
   const options = {
     endpoint: config.endpoint,
     token: config.token,
+    fetch,
     reporter,
     heartbeatInterval: config.heartbeatInterval,
     batchSize: config.batchSize,
@@ -138,10 +159,12 @@ function apply(ctx, config) {
   registerCommands(ctx, {
     endpoint: config.endpoint,
     token: config.token,
+    fetch,
     requestTimeout: config.requestTimeout,
     readAuthority: config.readAuthority ?? 1,
     changeAuthority: config.changeAuthority ?? 4,
   }, { applier, reporter: fleet })
+  registerAssign(ctx, options, { applier, link, reporter: fleet })
 
   ctx.on('login-added', (session) => {
     fleet.onLogin(session.bot)
@@ -173,7 +196,7 @@ function apply(ctx, config) {
   if (options.messageReportInterval > 0) ctx.on('message', (session) => fleet.onMessage(session))
 
   ctx.on('ready', async () => {
-    logger.info('following the auto-assign service at %s as reporter %s', config.endpoint, reporter)
+    logger.info('following the auto-assign service at %s as reporter %s%s', config.endpoint, reporter, ca ? ' (trusting the CA of caFile)' : '')
     applier.start()
     await fleet.start()
   })

@@ -71,6 +71,9 @@ class Reporter {
     this.messages = this.messageInterval > 0 ? new MessageCounter() : null
     /** when message counts last went out */
     this.messagesSentAt = 0
+    /** Called after each full state the service took (its first, after a 409, after an outage).
+     * @type {Set<() => void>} */
+    this.reported = new Set()
   }
 
   /** Report every bot Koishi has now, then follow events. Call on `ready`. */
@@ -304,6 +307,7 @@ class Reporter {
       const state = this.fullState()
       await request(this.config, 'PUT', this.path, state, signal)
       this.logger.debug('reported %d bot(s) to the service', state.bots.length)
+      for (const f of this.reported) f()
       return
     }
     // Message counts ride along with the fleet events, or replace the heartbeat.

@@ -247,24 +247,26 @@ test('a command mentioning a bot is answered by that bot only, assignee or not',
   assert.ok(replies[other][0].startsWith('auto-assign 服务'), replies[other][0])
 })
 
-test("a row this Koishi holds against the service's choice (a manual assign): its bot answers, and says so", async () => {
+test("a row written behind the plugin's back (an edit of the table, not an assign): the next message is answered as the service assigns, and the row written back", async () => {
   const g = GROUPS[3]
   const other = BOTS.find(b => b !== assignment[g]) ?? ''
-  // what plugin-admin's `assign` does: the service is not told, the stream sends nothing
+  const edits = () => logs.records.filter(r => r.name === 'auto-assign' && r.content.includes(`channel onebot:${g}: assignee ${other} was not written by auto-assign`)).length
+  const before = edits()
+  // an edit of the table: the service is not told, the stream sends nothing
   await koishi.app.database.upsert('channel', [{ platform: PLATFORM, id: g, assignee: other }])
-  try {
-    const r = single(await ask(g, 'reader', '分配.谁'))
-    assert.equal(r.bot, other, 'the bot Koishi obeys answers')
-    assert.ok(r.text.startsWith(`群 ${g}：由 ${assignment[g]} 回复。`), r.text)
-    assert.ok(r.text.includes(fill(zh.commands['auto-assign.explain'].messages['row-differs'], { row: other })), r.text)
-    // where Koishi does not check, too: the row's bot, not the service's
-    const out = await executeOnEveryBot(g, 'reader-en', 'auto-assign.explain')
-    assert.deepEqual(Object.keys(out).filter(b => out[b]), [other], JSON.stringify(out))
-    assert.ok(out[other].includes(`Note: this Koishi's database names ${other} as this group's assignee`), out[other])
-  } finally {
-    await koishi.app.database.upsert('channel', [{ platform: PLATFORM, id: g, assignee: assignment[g] }])
-  }
-  assert.equal(single(await ask(g, 'reader', '分配.谁')).bot, assignment[g])
+  // Koishi checks the row on every message: the very next one is answered by the service's bot
+  const r = single(await ask(g, 'reader', '分配.谁'))
+  assert.equal(r.bot, assignment[g], 'the service\'s assignee answers, not the edited row\'s')
+  assert.ok(r.text.startsWith(`群 ${g}：由 ${assignment[g]} 回复。`), r.text)
+  assert.doesNotMatch(r.text, /注意/, 'the row agrees again: nothing to note')
+  // and the row says so again
+  await waitFor(async () => (await koishi.rows()).find(x => x.id === g)?.assignee === assignment[g], 3000, 'the row written back')
+  assert.equal(edits(), before + 1, 'logged once, not once per bot')
+  // where Koishi does not check, too
+  await koishi.app.database.upsert('channel', [{ platform: PLATFORM, id: g, assignee: other }])
+  const out = await executeOnEveryBot(g, 'reader-en', 'auto-assign.explain')
+  assert.deepEqual(Object.keys(out).filter(b => out[b]), [assignment[g]], JSON.stringify(out))
+  await waitFor(async () => (await koishi.rows()).find(x => x.id === g)?.assignee === assignment[g], 3000, 'the row written back again')
 })
 
 test('the service unreachable: every command says so, translated, and throws nothing', async () => {

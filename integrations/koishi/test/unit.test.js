@@ -5,7 +5,11 @@
 
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
-const { SseParser, backoff, isOutage, HttpError, NetworkError } = require('../src/client')
+const { mkdtempSync, rmSync, writeFileSync } = require('node:fs')
+const { tmpdir } = require('node:os')
+const { rootCertificates } = require('node:tls')
+const { join } = require('node:path')
+const { SseParser, backoff, isOutage, describe, networkReason, loadCa, HttpError, NetworkError } = require('../src/client')
 const { isUnique } = require('../src/applier')
 const { defaultReporter, Config } = require('../src')
 const { MessageCounter, normalize, validChannel, WINDOW, TIME_TOLERANCE, MAX_COUNT } = require('../src/messages')
@@ -137,4 +141,141 @@ test('message counter: content normalisation and channel ids', () => {
   assert.ok(validChannel('é'.repeat(127)))
   assert.ok(!validChannel('é'.repeat(128)))
   assert.ok(!validChannel('a\nb'))
+})
+
+test('operator: a bot as commands name it; the leader a follower names; the author of a change', () => {
+  const { parseBot, leaderOf, isFollower, authorNote } = require('../src/operator')
+  assert.equal(parseBot('1002', 'onebot'), '1002')
+  assert.equal(parseBot(' onebot:1002 ', 'onebot'), '1002')
+  assert.equal(parseBot('<at id="1002"/>', 'onebot'), '1002')
+  assert.equal(parseBot('<at id="1002" name="bot"/>', 'onebot'), '1002')
+  assert.equal(parseBot('telegram:5', 'onebot'), null)
+  assert.equal(parseBot('', 'onebot'), null)
+  assert.equal(parseBot(undefined, 'onebot'), null)
+  assert.equal(parseBot('a b', 'onebot'), null)
+  const follower = new HttpError('PUT', '/v1/pins/onebot/1', 409, 'this instance follows', { error: 'x', leader: { instance: 'a', api: 'http://10.0.0.5:8787' } })
+  assert.equal(leaderOf(follower), 'http://10.0.0.5:8787')
+  assert.ok(isFollower(follower))
+  const unknown = new HttpError('PUT', '/', 409, 'this instance follows', { error: 'x', leader: { instance: null, api: null } })
+  assert.equal(leaderOf(unknown), null)
+  assert.ok(isFollower(unknown))
+  const member = new HttpError('PUT', '/', 409, '1003 is not in onebot:1; its members: 1001, 1002', { error: '…' })
+  assert.equal(leaderOf(member), null)
+  assert.ok(!isFollower(member))
+  const session = /** @type {any} */ ({ platform: 'onebot', userId: '42', username: 'Alice' })
+  assert.equal(authorNote(session, undefined), 'by onebot:42 (Alice) via Koishi')
+  assert.equal(authorNote(session, ' VIP '), 'VIP (by onebot:42 (Alice) via Koishi)')
+  assert.equal(authorNote({ ...session, username: '42' }, ''), 'by onebot:42 via Koishi')
+})
+
+test('operator: the service\'s refusals, each in words with what the command was about', () => {
+  const { refusal } = require('../src/operator')
+  /** @type {any[]} */
+  const said = []
+  const session = /** @type {any} */ ({ text: (/** @type {string} */ key, /** @type {any} */ params) => { said.push([key, params]); return key === 'auto-assign.separator' ? ', ' : key } })
+  const e = (/** @type {number} */ status, /** @type {string} */ detail, body = {}) => new HttpError('PUT', '/', status, detail, body)
+  const about = { platform: 'onebot', channel: '100', bot: '1003', until: 'soon' }
+  assert.equal(refusal(session, e(404, 'unknown platform "telegram" (known: onebot)'), about), 'auto-assign.refusal.unknown-platform')
+  assert.equal(refusal(session, e(404, 'no bot of the fleet reported being in onebot:100'), about), 'auto-assign.refusal.unknown-group')
+  assert.equal(refusal(session, e(404, 'no bot onebot:1003 is known'), about), 'auto-assign.refusal.unknown-bot')
+  assert.equal(refusal(session, e(404, 'onebot:100 has no pin'), about), 'auto-assign.refusal.not-pinned')
+  assert.equal(refusal(session, e(404, 'onebot:1003 has no drain'), about), 'auto-assign.refusal.not-drained')
+  said.length = 0
+  assert.equal(refusal(session, e(409, '1003 is not in onebot:100; its members: 1001, 1002'), about), 'auto-assign.refusal.not-member')
+  assert.deepEqual(said.at(-1), ['auto-assign.refusal.not-member', { bot: '1003', channel: '100', members: '1001, 1002' }])
+  assert.equal(refusal(session, e(409, '1003 is not in onebot:100; its members: '), about), 'auto-assign.refusal.not-member')
+  assert.equal(said.at(-1)[1].members, 'auto-assign.refusal.no-members')
+  assert.equal(refusal(session, e(409, 'this instance follows', { leader: { api: null } }), about), 'auto-assign.refusal.follower')
+  assert.equal(refusal(session, e(400, 'until: "soon" is neither …'), about), 'auto-assign.refusal.bad-until')
+  assert.equal(refusal(session, e(400, 'note: longer than 500 characters'), about), 'auto-assign.refusal.bad-note')
+  assert.equal(refusal(session, e(400, 'bot: empty'), about), 'auto-assign.refusal.bad-bot')
+  assert.equal(refusal(session, e(400, 'something else'), about), null)
+  assert.equal(refusal(session, new NetworkError('ECONNREFUSED'), about), null)
+})
+
+test('operator: refusals by their stable code, before the text (which may change); 403 in words, naming the role', () => {
+  const { refusal, failure, isFollower } = require('../src/operator')
+  /** @type {any[]} */
+  const said = []
+  const session = /** @type {any} */ ({ text: (/** @type {string} */ key, /** @type {any} */ params) => { said.push([key, params]); return key === 'auto-assign.separator' ? ', ' : key } })
+  /** @param {number} status @param {string} path @param {string} code @param {object} [more] */
+  const e = (status, path, code, more = {}) => new HttpError('PUT', path, status, 'reworded by a newer service', { error: 'reworded by a newer service', code, ...more })
+  const pin = '/v1/pins/onebot/100'
+  const drain = '/v1/drains/onebot/1003'
+  const about = { platform: 'onebot', channel: '100', bot: '1003', until: 'soon' }
+  assert.equal(refusal(session, e(404, pin, 'unknown_platform'), about), 'auto-assign.refusal.unknown-platform')
+  assert.equal(refusal(session, e(404, pin, 'unknown_channel'), about), 'auto-assign.refusal.unknown-group')
+  assert.equal(refusal(session, e(404, pin, 'unknown_bot'), about), 'auto-assign.refusal.unknown-bot')
+  assert.equal(refusal(session, e(404, pin, 'nothing_to_end'), about), 'auto-assign.refusal.not-pinned')
+  assert.equal(refusal(session, e(404, drain, 'nothing_to_end'), about), 'auto-assign.refusal.not-drained')
+  said.length = 0
+  assert.equal(refusal(session, e(409, pin, 'not_a_member', { members: ['1001', '1002'] }), about), 'auto-assign.refusal.not-member')
+  assert.deepEqual(said.at(-1), ['auto-assign.refusal.not-member', { bot: '1003', channel: '100', members: '1001, 1002' }])
+  assert.equal(refusal(session, e(409, pin, 'not_a_member', { members: [] }), about), 'auto-assign.refusal.not-member')
+  assert.equal(said.at(-1)[1].members, 'auto-assign.refusal.no-members')
+  assert.ok(isFollower(e(409, pin, 'following')))
+  assert.equal(refusal(session, e(409, pin, 'following'), about), 'auto-assign.refusal.follower')
+  assert.equal(refusal(session, e(400, pin, 'invalid_until'), about), 'auto-assign.refusal.bad-until')
+  assert.equal(refusal(session, e(400, pin, 'invalid_note'), about), 'auto-assign.refusal.bad-note')
+  assert.equal(refusal(session, e(400, pin, 'invalid_bot'), about), 'auto-assign.refusal.bad-bot')
+  // a code this plugin does not know: not read by its text either
+  assert.equal(refusal(session, e(404, pin, 'something_new'), about), null)
+  // 403: the token's role, as the service names it
+  const forbidden = new HttpError('PUT', pin, 403, 'the token of koishi has the role report; this needs admin', { code: 'forbidden' })
+  assert.equal(refusal(session, forbidden, about), 'auto-assign.refusal.forbidden')
+  assert.deepEqual(said.at(-1), ['auto-assign.refusal.forbidden', { role: 'admin' }])
+  assert.equal(failure(session, 'https://x', forbidden), 'auto-assign.refusal.forbidden')
+  assert.equal(failure(session, 'https://x', new HttpError('GET', '/', 403, '')), 'auto-assign.refusal.forbidden')
+  assert.deepEqual(said.at(-1), ['auto-assign.refusal.forbidden', { role: 'admin' }])
+  assert.equal(failure(session, 'https://x', new HttpError('GET', '/', 401, '')), 'auto-assign.unauthorized')
+  assert.match(describe(forbidden), /HTTP 403 .*: the plugin's token lacks the role admin/)
+  assert.equal(forbidden.code, 'forbidden')
+})
+
+test('client: caFile as PEM text or a file (relative to Koishi\'s directory); a bad one named; TLS refusals explained', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'koishi-auto-assign-ca-'))
+  try {
+    // a real certificate (Node's own roots are PEM)
+    const pem = rootCertificates[0]
+    writeFileSync(join(dir, 'ca.pem'), pem)
+    writeFileSync(join(dir, 'not.pem'), 'hello')
+    assert.equal(loadCa('', dir), null)
+    assert.equal(loadCa('  ', dir), null)
+    assert.equal(loadCa(pem, '/nowhere'), pem.trim())
+    assert.equal(loadCa('ca.pem', dir), pem)
+    assert.equal(loadCa(join(dir, 'ca.pem'), '/elsewhere'), pem)
+    assert.throws(() => loadCa('missing.pem', dir), new RegExp(`^Error: caFile ${join(dir, 'missing.pem')}: cannot read it: ENOENT`))
+    assert.throws(() => loadCa('not.pem', dir), /caFile .*not\.pem: not a PEM certificate/)
+    assert.throws(() => loadCa('-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----', dir), /caFile \(PEM text\): not a PEM certificate/)
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+  const tls = Object.assign(new TypeError('fetch failed'), { cause: Object.assign(new Error('unable to verify the first certificate'), { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' }) })
+  assert.equal(networkReason(tls), "the service's TLS certificate is not trusted: unable to verify the first certificate (UNABLE_TO_VERIFY_LEAF_SIGNATURE); set the plugin's caFile to the CA that signed the service's api.tls certificate")
+  const refused = Object.assign(new TypeError('fetch failed'), { cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }) })
+  assert.equal(networkReason(refused), 'connect ECONNREFUSED 127.0.0.1:1')
+})
+
+test('applier: the stream names the reporter', () => {
+  const { Applier } = require('../src/applier')
+  const ctx = /** @type {any} */ ({ logger: () => ({}) })
+  const link = /** @type {any} */ ({ sleepers: new Set() })
+  const config = { endpoint: 'http://x', requestTimeout: 1000, batchSize: 1, retryMin: 10, retryMax: 10 }
+  assert.equal(new Applier(ctx, { ...config, reporter: 'koishi-a.b:c' }, link).streamPath(), '/v1/assignments/stream?reporter=koishi-a.b%3Ac')
+  assert.equal(new Applier(ctx, config, link).streamPath(), '/v1/assignments/stream')
+})
+
+test("assign: what plugin-admin's assign will write, read from its argv as plugin-admin reads it", () => {
+  const { intentOf, isAdminAssign } = require('../src/assign')
+  const session = /** @type {any} */ ({ platform: 'onebot', channelId: '100', selfId: '1001', userId: '42', username: 'Alice', isDirect: false })
+  const note = 'Koishi assign by onebot:42 (Alice)'
+  assert.deepEqual(intentOf(session, {}, []), { platform: 'onebot', channel: '100', bot: '1001', note })
+  assert.deepEqual(intentOf(session, {}, ['onebot:1002']), { platform: 'onebot', channel: '100', bot: '1002', note })
+  assert.deepEqual(intentOf(session, { remove: true }, []), { platform: 'onebot', channel: '100', bot: null, note })
+  assert.deepEqual(intentOf(session, { channel: 'onebot:200' }, []), { platform: 'onebot', channel: '200', bot: '1001', note })
+  assert.equal(intentOf(session, {}, ['telegram:5']), null, 'plugin-admin refuses another platform itself')
+  assert.equal(intentOf({ ...session, isDirect: true }, {}, []), null, 'a private chat without -c: plugin-admin answers')
+  assert.ok(isAdminAssign({ name: 'assign', config: { admin: { channel: true } } }))
+  assert.ok(!isAdminAssign({ name: 'assign', config: {} }), "another plugin's assign")
+  assert.ok(!isAdminAssign({ name: 'channel.locale', config: { admin: { channel: true } } }))
 })

@@ -4,11 +4,13 @@ export type ClientOptions = import("./client").ClientOptions;
 export class Applier {
     /**
      * @param {Context} ctx
-     * @param {ClientOptions & { batchSize: number, retryMin: number, retryMax: number }} config
+     * @param {ClientOptions & { reporter?: string, batchSize: number, retryMin: number, retryMax: number }} config
+     *   reporter: named in the stream's URL (the service then counts the open stream as its sign of life)
      * @param {Link} link
      * @param {{ onReconnect?: () => void }} [hooks] onReconnect: the stream came back after a loss
      */
     constructor(ctx: Context, config: ClientOptions & {
+        reporter?: string;
         batchSize: number;
         retryMin: number;
         retryMax: number;
@@ -17,6 +19,7 @@ export class Applier {
     });
     ctx: import("koishi").Context;
     config: import("./client").ClientOptions & {
+        reporter?: string;
         batchSize: number;
         retryMin: number;
         retryMax: number;
@@ -36,6 +39,12 @@ export class Applier {
     known: Map<string, Map<string, string | null>>;
     /** Platforms that had a bot at the last write pass. @type {Set<string>} */
     active: Set<string>;
+    /** Rows left alone: an admin's `assign` whose pin the service has not taken yet
+     * (platform:channel). @type {Set<string>} */
+    held: Set<string>;
+    /** The last foreign row logged per channel, so N bots' copies of a message log it once.
+     * @type {Map<string, string>} */
+    reported: Map<string, string>;
     /** @type {number | null} */
     version: number | null;
     /** bumped by every snapshot: a write pass of an older generation stops early */
@@ -60,7 +69,41 @@ export class Applier {
      * @param {string} platform @param {string} channel @returns {string | undefined}
      */
     assigneeOf(platform: string, channel: string): string | undefined;
+    /**
+     * The service's assignee of a channel right after an operator change (a pin, a hold), before
+     * the stream brings it: the row then follows it at once. A later stream event wins.
+     * @param {string} platform @param {string} channel @param {string | null} assignee
+     */
+    expect(platform: string, channel: string, assignee: string | null): void;
+    /** Read the row again and write it if it differs (someone may have written it).
+     * @param {string} platform @param {string} channel */
+    recheck(platform: string, channel: string): void;
+    /** Leave this row as it is until `release` (an assign whose pin is not delivered yet).
+     * @param {string} platform @param {string} channel */
+    hold(platform: string, channel: string): void;
+    /** @param {string} platform @param {string} channel */
+    release(platform: string, channel: string): void;
+    /**
+     * A group message's row as Koishi just read it: undefined when it agrees with the service
+     * (or the service has not named the channel, or the row is held), else the service's assignee,
+     * which the caller puts in its place for this message. A row the plugin did not write is
+     * also read again and written back.
+     * @param {string} platform @param {string} channel @param {string} row
+     * @returns {string | undefined}
+     */
+    disagreement(platform: string, channel: string, row: string): string | undefined;
+    /**
+     * Follows the stream until disposed. The stream names this Koishi's reporter
+     * (`?reporter=`): while it is open the service counts the reporter alive, and when it closes
+     * (a crash closes it at once) and does not come back within the service's
+     * `sources.http.streamGrace` (0.5 s), the reporter's bots go offline. So a stream that drops
+     * after it was in sync is opened again at once, without a word in the log unless that fails
+     * too; only then the backoff (and the outage warning) takes over. At most one immediate
+     * retry per `retryMin`: a stream that keeps dropping falls back to the backoff.
+     */
     follow(): Promise<void>;
+    /** The stream's path: it names this Koishi's reporter, whose sign of life it is. */
+    streamPath(): string;
     /** @param {AbortController} controller */
     connect(controller: AbortController): Promise<Response>;
     /** @param {Response} res @param {AbortController} controller @param {() => void} onSynced */

@@ -6,15 +6,19 @@ export type CommandOptions = {
     endpoint: string;
     token?: string | undefined;
     /**
+     * requests with the plugin's caFile (default: the global fetch)
+     */
+    fetch?: import("./client").Fetch | undefined;
+    /**
      * ms
      */
     requestTimeout: number;
     /**
-     * explain, status (and the root command)
+     * explain, status, pins, drains, preview (and the root command)
      */
     readAuthority: number;
     /**
-     * rebalance
+     * rebalance, pin, hold, unpin, drain, undrain
      */
     changeAuthority: number;
 };
@@ -33,7 +37,8 @@ export function registerCommands(ctx: Context, options: CommandOptions, { applie
  * since it is read from state they share:
  *
  * 1. the assignee of the group's row in Koishi's database (what this plugin applied, and what
- *    Koishi itself obeys), else the service's assignee as the plugin last heard it: if that is
+ *    Koishi itself obeys; a row the plugin did not write stands for the service's assignee, see
+ *    `Applier.disagreement`), else the service's assignee as the plugin last heard it: if that is
  *    an online bot of this Koishi, it answers; if it is a bot this Koishi does not run, none of
  *    ours does;
  * 2. otherwise (no assignee known, or ours but not online): the lowest id among this Koishi's
@@ -78,11 +83,14 @@ export function parseTarget(ctx: Context, session: Session, group: string | unde
  * @typedef {object} CommandOptions
  * @property {string} endpoint
  * @property {string} [token]
+ * @property {import('./client').Fetch} [fetch]  requests with the plugin's caFile (default: the global fetch)
  * @property {number} requestTimeout  ms
- * @property {number} readAuthority  explain, status (and the root command)
- * @property {number} changeAuthority  rebalance
+ * @property {number} readAuthority  explain, status, pins, drains, preview (and the root command)
+ * @property {number} changeAuthority  rebalance, pin, hold, unpin, drain, undrain
  */
 /** Reasons `GET /v1/explain` gives (others are shown as the service names them). */
 export const REASONS: Set<string>;
 /** Rebalance causes the service names (`/v1/status`'s `last_run.causes`). */
 export const CAUSES: Set<string>;
+/** The rules a dry run names for a move. */
+export const RULES: Set<string>;

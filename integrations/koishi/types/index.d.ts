@@ -7,9 +7,13 @@ export type Config = {
      */
     endpoint: string;
     /**
-     * the service's `api.token`; '': none
+     * a token of the service (`api.token`, or one of `api.tokens`: role report, admin for the changing commands); '': none
      */
     token: string;
+    /**
+     * for an https:// endpoint: the CA (PEM file path, relative to Koishi's directory, or PEM text) that signed the service's certificate; '': Node's built-in roots
+     */
+    caFile: string;
     /**
      * the name this Koishi reports its bots under; '': derived
      */
@@ -39,11 +43,11 @@ export type Config = {
      */
     messageReportInterval: number;
     /**
-     * authority the reading commands need (explain, status)
+     * authority the reading commands need (explain, status, pins, drains, preview)
      */
     readAuthority: number;
     /**
-     * authority the changing commands need (rebalance)
+     * authority the changing commands need (rebalance, pin, hold, unpin, drain, undrain)
      */
     changeAuthority: number;
 };

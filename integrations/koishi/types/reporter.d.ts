@@ -86,6 +86,9 @@ export class Reporter {
     messages: MessageCounter | null;
     /** when message counts last went out */
     messagesSentAt: number;
+    /** Called after each full state the service took (its first, after a 409, after an outage).
+     * @type {Set<() => void>} */
+    reported: Set<() => void>;
     /** Report every bot Koishi has now, then follow events. Call on `ready`. */
     start(): Promise<void>;
     /** login-added / login-updated: the bot is there; report its status. @param {Bot} bot */

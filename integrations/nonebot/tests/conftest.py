@@ -76,6 +76,7 @@ async def _each_test(service: Service) -> AsyncIterator[None]:
 
     if not service.running:
         service.start()
+    await service.clear_overrides()
     reset_roster()
     HANDLED.clear()
     await wait_until(lambda: runtime.state.connected, what="the plugin follows the stream")
@@ -93,6 +94,9 @@ async def _each_test(service: Service) -> AsyncIterator[None]:
     yield
     for key, value in saved.items():
         setattr(config, key, value)
+    # Pins, holds and drains a test made end with it (test_operator.py).
+    if service.running:
+        await service.clear_overrides()
     # nonebug disconnects a context's bots at its exit; the hooks run in the background.
     await wait_until(lambda: not nonebot.get_bots(), what="bots disconnected")
     await wait_until(lambda: runtime.hooks_running == 0, what="bot hooks finished")

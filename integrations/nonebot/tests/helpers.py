@@ -6,7 +6,8 @@ import asyncio
 import inspect
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -228,16 +229,97 @@ async def ask(
     *,
     user: int = 42,
     role: str = "member",
+    at: Iterable[str] = (),
 ) -> str:
     """Sends ``text`` to ``group`` through every connected member bot at once, as ``deliver``;
     ``answerer`` must reply, once, and no other bot may: returns the reply."""
     n = next(_seq)
+    at = list(at)
     receivers = [b for b in members(group, bots) if b in nonebot.get_bots()]
     assert answerer in receivers, (answerer, receivers)
-    events = {b: group_message(b, group, text, user=user, seq=n, role=role) for b in receivers}
+    events = {
+        b: group_message(b, group, text, user=user, seq=n, role=role, at=at) for b in receivers
+    }
     reply = Reply()
     ctx.should_call_send(events[answerer], reply, result={"message_id": n}, bot=bots[answerer])
     await asyncio.gather(*(bots[b].handle_event(events[b]) for b in receivers))
     assert ctx.wait_list.empty(), f"{answerer} did not reply to {text!r}"
     assert reply.text is not None
     return reply.text
+
+
+class _AnyOf:
+    """An expected event for nonebug's ``should_call_send`` that matches any of ``events``
+    (nonebug compares ``model_dump()`` of both); remembers which one it matched."""
+
+    def __init__(self, events: dict[str, Any]) -> None:
+        self.events = events
+        self.matched: str | None = None
+
+    def model_dump(self, **kwargs: Any) -> Any:
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        for bot, event in self.events.items():
+            if event.model_dump() == other:
+                self.matched = bot
+                return True
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+async def ask_any(
+    ctx: Any,
+    bots: dict[str, V11Bot],
+    group: str,
+    text: str,
+    *,
+    user: int = 42,
+    role: str = "member",
+) -> tuple[str, str]:
+    """As ``ask``, when it is not known in advance which bot answers (a claim decides):
+    exactly one bot must reply, once. Returns (that bot, the reply)."""
+    n = next(_seq)
+    receivers = [b for b in members(group, bots) if b in nonebot.get_bots()]
+    events = {b: group_message(b, group, text, user=user, seq=n, role=role) for b in receivers}
+    expected = _AnyOf(events)
+    reply = Reply()
+    ctx.should_call_send(expected, reply, result={"message_id": n})
+    await asyncio.gather(*(bots[b].handle_event(events[b]) for b in receivers))
+    assert ctx.wait_list.empty(), f"no bot replied to {text!r}"
+    assert reply.text is not None and expected.matched is not None
+    return expected.matched, reply.text
+
+
+async def ask_private(ctx: Any, bot: V11Bot, text: str, *, user: int = 42) -> str:
+    """A private message to ``bot`` (not gated): its reply."""
+    event = private_message(bot.self_id, text, user=user)
+    reply = Reply()
+    ctx.should_call_send(event, reply, result={"message_id": 1}, bot=bot)
+    await bot.handle_event(event)
+    assert ctx.wait_list.empty(), f"{bot.self_id} did not reply to {text!r}"
+    assert reply.text is not None
+    return reply.text
+
+
+@contextmanager
+def requests_seen() -> Iterator[list[tuple[str, str]]]:
+    """Every request the plugin's client sends meanwhile: (method, path with its query)."""
+    from nonebot_plugin_auto_assign import runtime
+
+    assert runtime.client is not None
+    seen: list[tuple[str, str]] = []
+
+    async def hook(request: Any) -> None:
+        seen.append((request.method, request.url.raw_path.decode()))
+
+    hooks = runtime.client.http.event_hooks["request"]
+    hooks.append(hook)
+    try:
+        yield seen
+    finally:
+        hooks.remove(hook)

@@ -8,14 +8,21 @@ any other bot than the expected one fails the test."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import nonebot
 from nonebug import App
 
-from .helpers import BOTS, Reply, ask, connect, group_message, private_message, settle, wait_until
+from .helpers import (
+    BOTS,
+    Reply,
+    ask,
+    connect,
+    group_message,
+    private_message,
+    requests_seen,
+    settle,
+    wait_until,
+)
 from .service import Service
 
 SUPERUSER = 4242  # conftest: superusers={"4242"}
@@ -23,25 +30,6 @@ SUPERUSER = 4242  # conftest: superusers={"4242"}
 
 def assignment_load(assignment: dict[str, str], bot: str) -> int:
     return sum(1 for b in assignment.values() if b == bot)
-
-
-@contextmanager
-def requests_seen() -> Iterator[list[tuple[str, str]]]:
-    """Every request the plugin's client sends meanwhile: (method, path)."""
-    from nonebot_plugin_auto_assign import runtime
-
-    assert runtime.client is not None
-    seen: list[tuple[str, str]] = []
-
-    async def hook(request: Any) -> None:
-        seen.append((request.method, request.url.path))
-
-    hooks = runtime.client.http.event_hooks["request"]
-    hooks.append(hook)
-    try:
-        yield seen
-    finally:
-        hooks.remove(hook)
 
 
 async def test_two_bots_in_one_group_give_one_reply(app: App, service: Service) -> None:
@@ -85,7 +73,8 @@ async def test_two_bots_in_one_group_give_one_reply(app: App, service: Service) 
         reply = await ask(ctx, bots, group, "/aa", owner)
         assert reply.splitlines()[0] == "auto-assign：每个群只由一个 bot 应答。命令（/aa，也可写 /分配）："
         assert "/aa explain [群号]（或 解释）：" in reply
-        assert "/aa rebalance（或 重新分配）：立即重新分配，仅超级用户" in reply
+        assert "/aa rebalance [--dry-run]（或 重新分配）：立即重新分配，仅超级用户；" in reply
+        assert "/aa pin [bot] [-g 群号] [--until 2h] [--note 备注]（或 固定）：" in reply
         assert reply.splitlines()[-1] == "查询命令：所有人；修改命令：仅超级用户。"
         reply = await ask(ctx, bots, group, "/分配 帮助", owner)
         assert "（/分配，也可写 /aa）" in reply and "/分配 status（或 状态）：" in reply
@@ -207,9 +196,14 @@ async def test_rebalance_is_for_superusers(app: App, service: Service) -> None:
             # A group admin is no superuser either.
             reply = await ask(ctx, bots, group, "/aa rebalance", owner, role="admin")
             assert reply == "Only superusers (SUPERUSERS) may use /aa rebalance."
-            # A dry run does not exist yet: refused as an unknown option, nothing rebalanced.
-            reply = await ask(ctx, bots, group, "/aa rebalance --dry-run", owner, user=SUPERUSER)
-            assert reply == "/aa rebalance has no option --dry-run. Usage: /aa rebalance"
+            # A dry run is reading: a member may ask for it, and nothing is rebalanced.
+            reply = await ask(ctx, bots, group, "/aa rebalance --dry-run", owner)
+            assert reply.startswith("Dry run: "), reply
+            assert ("POST", "/v1/rebalance?dryRun=true") in seen
+            assert ("POST", "/v1/rebalance") not in seen
+            # An option it does not have is refused.
+            reply = await ask(ctx, bots, group, "/aa rebalance --now", owner, user=SUPERUSER)
+            assert reply == "/aa rebalance has no option --now. Usage: /aa rebalance [--dry-run]"
             assert ("POST", "/v1/rebalance") not in seen
 
             config.auto_assign_language = "zh"
@@ -311,6 +305,13 @@ async def test_service_unreachable(app: App, service: Service) -> None:
             assert reply.splitlines()[1] == "本进程最近收到的分配里没有群 99。"
             reply = await ask(ctx, bots, group, "/aa rebalance", owner, user=SUPERUSER)
             assert reply.startswith("无法连接 auto-assign 服务（"), reply
+            # The operator's commands too (test_operator.py has them with the service up).
+            for text in ("/aa pins", "/aa drains", "/aa 预演"):
+                reply = await ask(ctx, bots, group, text, owner)
+                assert reply.startswith("无法连接 auto-assign 服务（"), (text, reply)
+            for text in ("/aa pin", "/aa hold", "/aa unpin", "/aa drain 1001", "/aa undrain 1001"):
+                reply = await ask(ctx, bots, group, text, owner, user=SUPERUSER)
+                assert reply.startswith("无法连接 auto-assign 服务（"), (text, reply)
 
             config.auto_assign_language = "en"
             reply = await ask(ctx, bots, group, "/aa status", owner)

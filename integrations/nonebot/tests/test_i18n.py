@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import string
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import get_args
 
@@ -18,6 +19,8 @@ REASONS = (
     "platform_disabled",
     "excluded",
     "pinned",
+    "operator_pin",
+    "held",
     "only_member",
     "balanced",
     "no_valid_bot",
@@ -35,6 +38,9 @@ CAUSES = (
     "requested",
     "takeover",
 )
+# A dry run's move kinds and rules (src/dry_run.rs).
+KINDS = ("forced", "voluntary", "first")
+RULES = ("pin", "hold", "drain", "bot-gone", "priority", "no-valid-bot", "balance")
 
 
 def placeholders(text: str) -> set[str]:
@@ -66,12 +72,16 @@ def test_every_key_the_commands_use_exists() -> None:
     used = set(re.findall(r'"([a-z_]+\.[a-z_-]+)"', code))
     assert {"explain.assignee", "status.service_ok", "status.stream_down", "denied.admin"} <= used
     used |= {"unknown_sub", "unknown_flag", "too_many_args", "unreachable", "rejected", "failed"}
+    used |= {"missing_arg", "option_value", "bad_bot", "release", "via_leader"}
     for sub in SUBCOMMANDS:
         used |= {f"usage.{sub.name}", f"desc.{sub.name}"}
     readers = get_args(Config.model_fields["auto_assign_read_permission"].annotation)
     used |= {f"who.{r}" for r in readers}
     used |= {f"reason.{r}" for r in REASONS} | {f"cause.{c}" for c in CAUSES}
-    used |= {"list.sep", "help.config"} | {f"ago.{u}" for u in ("seconds", "minutes", "hours", "days")}
+    used |= {f"kind.{k}" for k in KINDS} | {f"rule.{r}" for r in RULES}
+    units = ("seconds", "minutes", "hours", "days")
+    used |= {"list.sep", "help.config", "when", "when.past"}
+    used |= {f"ago.{u}" for u in units} | {f"left.{u}" for u in units}
     assert not used - set(ZH), "missing"
     assert not set(ZH) - used, "not used"
 
@@ -91,6 +101,15 @@ def test_texts_fill_in_and_translate(language: str) -> None:
     assert t.ago(600) == t("ago.minutes", n=10)
     assert t.ago(3 * 3600) == t("ago.hours", n=3)
     assert t.ago(3 * 86400) == t("ago.days", n=3)
+    # The end of a pin or drain: this host's local time to the minute, and how long until then.
+    iso = "2026-12-06T21:14:33Z"
+    end = datetime(2026, 12, 6, 21, 14, 33, tzinfo=timezone.utc)
+    local = f"{end.astimezone():%Y-%m-%d %H:%M}"
+    now = end.timestamp() - 2 * 3600
+    assert t.when(iso, now=now) == t("when", time=local, left=t("left.hours", n=2))
+    assert t.when(iso, now=now + 3 * 3600) == t("when.past", time=local)
+    assert t.left(90 * 60 - 1) == t("left.minutes", n=90)
+    assert t.when("not a time") == "not a time"
 
 
 def test_language_setting() -> None:

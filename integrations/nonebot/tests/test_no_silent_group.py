@@ -321,11 +321,30 @@ async def test_a_disconnect_in_another_process_silences_no_group(
                     await other.disconnect(GONE)
                     await wait_until(lambda: "presence" in seen, what=f"{GONE} heard offline")
                     # Long enough for a regressed plugin to show the whole botOffline delay.
-                    await wait_until(
-                        lambda: traffic.steady(cut_tick, STEADY_TICKS),
-                        timeout=15,
-                        what=f"{STEADY_TICKS} rounds of messages all answered",
-                    )
+                    try:
+                        await wait_until(
+                            lambda: traffic.steady(cut_tick, STEADY_TICKS),
+                            timeout=15,
+                            what=f"{STEADY_TICKS} rounds of messages all answered",
+                        )
+                    except AssertionError:
+                        import sys
+                        here = traffic._handled_here()
+                        bad = [(g, k) for g, k, _, t in traffic.sent if k >= cut_tick and t.done() and not (here.get((k, g)) or t.result())]
+                        notdone = [(g, k, t) for g, k, _, t in traffic.sent if not t.done()]
+                        print("DEBUG unanswered", bad[:40], "notdone", [(g, k) for g, k, _ in notdone][:20], "ticks", traffic.ticks, "stats", runtime.stats, file=sys.stderr)
+                        for g, k, t in notdone[:2]:
+                            t.print_stack(file=sys.stderr)
+                        shown = 0
+                        for task in asyncio.all_tasks():
+                            st = task.get_stack(limit=60)
+                            names = [f.f_code.co_name for f in st]
+                            if any(n in ("decide", "ingress", "handles", "handle_event", "_request", "before", "wait_sent") for n in names):
+                                print("TASK", task.get_name(), " > ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in st), file=sys.stderr)
+                                shown += 1
+                                if shown > 12:
+                                    break
+                        raise
                 finally:
                     traffic.stopped.set()
                     await runner

@@ -32,6 +32,12 @@ class OneBotMock extends MockBot {
 
   /** @param {any} session */
   dispatch(session) {
+    // MockBot sets its status (a login-updated event, which the plugin reports) inside its own
+    // constructor, before this one makes the platform 'onebot': that event goes out once it has.
+    if (this.platform !== PLATFORM) {
+      Promise.resolve().then(() => this.dispatch(session))
+      return
+    }
     session.event.platform = PLATFORM
     if (session.event.login) session.event.login.platform = PLATFORM
     super.dispatch(session)
@@ -115,12 +121,14 @@ function captureLogs() {
 }
 
 /**
+ * `before`: plugins loaded before this one (e.g. plugin-admin), as [plugin, config] pairs.
  * @param {{ dir: string, bots: { selfId: string, guilds: string[], guildPageSize?: number }[],
- *   plugin: any, pluginConfig: any, appConfig?: any }} opts
+ *   plugin: any, pluginConfig: any, appConfig?: any, before?: Array<[any, any]> }} opts
  */
-async function createKoishi({ dir, bots, plugin, pluginConfig, appConfig = {} }) {
+async function createKoishi({ dir, bots, plugin, pluginConfig, appConfig = {}, before = [] }) {
   const app = new App({ autoAssign: false, ...appConfig })
   app.plugin(/** @type {any} */ (SQLiteDriver), { path: join(dir, 'koishi.db') })
+  for (const [p, c] of before) app.plugin(p, c)
   // every bot that gets past Koishi's assignee check answers "pong:<selfId>"
   app.middleware((session) => 'pong:' + session.selfId)
   /** @type {Map<string, { bot: OneBotMock, fork: any }>} */
@@ -185,6 +193,19 @@ async function createKoishi({ dir, bots, plugin, pluginConfig, appConfig = {} })
         return userId === b.selfId ? undefined : done
       }))
     },
+    /**
+     * One group message from `user`, delivered to every online bot in the group through Koishi's
+     * own message handling. Resolves with each recipient's replies, the test middleware's
+     * "pong" left out.
+     * @param {string} group @param {string} user @param {string} content
+     * @returns {Promise<Record<string, string[]>>}
+     */
+    async ask(group, user, content) {
+      const recipients = [...forks.values()].map(e => e.bot)
+        .filter(b => b.guilds.has(group) && b.status === Universal.Status.ONLINE)
+      const replies = await Promise.all(recipients.map(b => b.client(user, group).receive(content)))
+      return Object.fromEntries(recipients.map((b, i) => [b.selfId, replies[i].filter((/** @type {string} */ r) => !/^pong:/.test(r))]))
+    },
     /** @param {string[]} groups @returns {Promise<Record<string, string[]>>} */
     async answers(groups) {
       const r = await Promise.all(groups.map(g => k.whoAnswers(g)))
@@ -219,4 +240,17 @@ async function waitFor(fn, timeout = 5000, what = 'condition') {
 
 const sleep = (/** @type {number} */ ms) => new Promise(r => setTimeout(r, ms))
 
-module.exports = { OneBotMock, captureLogs, createKoishi, waitFor, sleep, PLATFORM, Universal }
+/**
+ * The one bot that replied, and its replies (a command answered once: by one bot).
+ * @param {Record<string, string[]>} replies @returns {{ bot: string, texts: string[] }}
+ */
+function oneBot(replies) {
+  const who = Object.entries(replies).filter(([, r]) => r.length)
+  if (who.length !== 1) throw new Error(`exactly one bot replies: ${JSON.stringify(replies)}`)
+  return { bot: who[0][0], texts: who[0][1] }
+}
+
+/** `{name}` placeholders of a locale string filled in. @param {string} template @param {Record<string, unknown>} params */
+const fill = (template, params) => template.replace(/\{(\w+)\}/g, (_, k) => String(params[k]))
+
+module.exports = { OneBotMock, captureLogs, createKoishi, waitFor, sleep, oneBot, fill, PLATFORM, Universal }

@@ -6,6 +6,7 @@ const { spawn } = require('node:child_process')
 const { existsSync, writeFileSync } = require('node:fs')
 const { createServer } = require('node:net')
 const { join, resolve } = require('node:path')
+const { caFetch } = require('../../src/client')
 
 const BIN = process.env.AUTO_ASSIGN_BIN || resolve(__dirname, '../../../../target/release/auto-assign')
 const TOKEN = 'test-secret'
@@ -29,16 +30,25 @@ class Service {
    * `triggerDelays`: the delays written to config.yaml, each 0 unless given; `null` writes no
    * `triggerDelays` key (the service's defaults). `enabledPlatforms`: `null` writes no key (the
    * default, `[onebot]`). `database`: the service's `database.url`. `extra`: more config lines.
+   * `streamGrace`: `sources.http.streamGrace` (none: the service's default, 0.5 s). `tls`: the
+   * API on HTTPS (`api.tls`) with this certificate and key; `ca` (PEM) is what this helper
+   * trusts for it. `tokens`: `api.tokens` besides the admin `api.token` (TOKEN).
    * @param {{ dir: string, port: number, triggerDelays?: Record<string, number> | null, startupWait?: number,
-   *   offlineGrace?: number, database?: string, enabledPlatforms?: string[] | null, extra?: string[] }} opts
+   *   offlineGrace?: number, streamGrace?: number, database?: string, enabledPlatforms?: string[] | null, extra?: string[],
+   *   tls?: { certFile: string, keyFile: string, ca: string }, tokens?: { name: string, token: string, role: string }[] }} opts
    */
-  constructor({ dir, port, triggerDelays = {}, startupWait = 0, offlineGrace = 30, database = 'sqlite://state.db', enabledPlatforms = [], extra = [] }) {
+  constructor({ dir, port, triggerDelays = {}, startupWait = 0, offlineGrace = 30, streamGrace, database = 'sqlite://state.db', enabledPlatforms = [], extra = [], tls, tokens = [] }) {
     if (!existsSync(BIN)) {
       throw new Error(`no service binary at ${BIN}: run \`cargo build --release\` in the repository root, or set AUTO_ASSIGN_BIN`)
     }
     this.dir = dir
     this.port = port
-    this.endpoint = `http://127.0.0.1:${port}`
+    this.tls = tls
+    this.tokens = tokens
+    this.streamGrace = streamGrace
+    this.endpoint = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`
+    /** how this helper talks to it (trusting `tls.ca`) @type {import('../../src/client').Fetch} */
+    this.fetch = tls ? caFetch(tls.ca) : (url, init) => fetch(url, init)
     this.triggerDelays = triggerDelays && { startup: 0, botOnline: 0, botOffline: 0, botStatus: 0, channelJoined: 0, channelLeft: 0, ...triggerDelays }
     this.database = database
     this.enabledPlatforms = enabledPlatforms
@@ -55,10 +65,15 @@ class Service {
   /** (Re)writes config.yaml; takes effect at the next start. @param {{ startupWait?: number, offlineGrace?: number }} opts */
   configure({ startupWait = 0, offlineGrace = 30 }) {
     const delays = this.triggerDelays && Object.entries(this.triggerDelays).map(([k, v]) => `${k}: ${v}`).join(', ')
+    const api = [`bind: "127.0.0.1:${this.port}"`, `token: ${TOKEN}`]
+    if (this.tokens.length) api.push(`tokens: ${JSON.stringify(this.tokens)}`)
+    if (this.tls) api.push(`tls: ${JSON.stringify({ certFile: this.tls.certFile, keyFile: this.tls.keyFile })}`)
+    const http = [`startupWait: ${startupWait}`, `offlineGrace: ${offlineGrace}`]
+    if (this.streamGrace !== undefined) http.push(`streamGrace: ${this.streamGrace}`)
     writeFileSync(this.config, [
-      `api: {bind: "127.0.0.1:${this.port}", token: ${TOKEN}}`,
+      `api: {${api.join(', ')}}`,
       `sources:`,
-      `  http: {startupWait: ${startupWait}, offlineGrace: ${offlineGrace}}`,
+      `  http: {${http.join(', ')}}`,
       ...(delays ? [`triggerDelays: {${delays}}`] : []),
       `database: {url: ${JSON.stringify(this.database)}}`,
       ...(this.enabledPlatforms ? [`enabledPlatforms: ${JSON.stringify(this.enabledPlatforms)}`] : []),
@@ -86,7 +101,7 @@ class Service {
     for (;;) {
       if (child.exitCode !== null) throw new Error('the service exited at start:\n' + this.log.slice(-20).join('\n'))
       try {
-        const res = await fetch(this.endpoint + '/healthz')
+        const res = await this.fetch(this.endpoint + '/healthz', {})
         if (res.ok) break
       } catch {}
       if (Date.now() > deadline) throw new Error('the service did not answer /healthz within 15 s')
@@ -107,12 +122,12 @@ class Service {
     this.child = null
   }
 
-  /** @param {string} method @param {string} path @param {unknown} [body] */
-  async api(method, path, body) {
+  /** @param {string} method @param {string} path @param {unknown} [body] @param {string} [token] */
+  async api(method, path, body, token = TOKEN) {
     /** @type {Record<string, string>} */
-    const headers = { authorization: 'Bearer ' + TOKEN }
+    const headers = { authorization: 'Bearer ' + token }
     if (body !== undefined) headers['content-type'] = 'application/json'
-    const res = await fetch(this.endpoint + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+    const res = await this.fetch(this.endpoint + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
     const text = await res.text()
     return { status: res.status, body: text ? JSON.parse(text) : null }
   }

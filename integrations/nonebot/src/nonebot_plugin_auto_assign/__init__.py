@@ -2,14 +2,20 @@
 
 * **Gate**: an event preprocessor that lets a group message through for one bot only and
   raises ``IgnoredException`` for the others, deciding from the assignment the service streams
-  (``GET /v1/assignments/stream``); unassigned or excluded groups are claimed through
-  ``POST /v1/ingress``.
+  (``GET /v1/assignments/stream?reporter=<name>``); unassigned or excluded groups are claimed
+  through ``POST /v1/ingress``.
+* **Liveness**: the stream names this process's reporter, so the service knows the process is
+  alive while it is open: a killed process's bots go offline within
+  ``sources.http.streamGrace`` (0.5 s). A stream that drops is reopened at once.
 * **Fleet source**: the bots connected to this NoneBot, with their group lists and their own
   join and leave notices, reported to the service (``/v1/fleet/reporters/{name}``).
 * **Message counts**: how many messages each group received, each counted once however many
   bots of this process received it, reported with the fleet (the service's channel weights).
-* **Commands**: ``aa`` (``分配``) ``explain``, ``status``, ``rebalance`` (``commands.py``),
-  replying in ``AUTO_ASSIGN_LANGUAGE`` (``i18n.py``).
+* **Commands**: ``aa`` (``分配``) ``explain``, ``status``, ``rebalance [--dry-run]``, and the
+  operator's ``pin``, ``hold``, ``unpin``, ``drain``, ``undrain``, ``pins``, ``drains``
+  (``commands.py``), replying in ``AUTO_ASSIGN_LANGUAGE`` (``i18n.py``).
+* **Holds**: a group an operator holds with no assignee is answered by nobody (but a mentioned
+  bot, and the plugin's own commands: one bot, through a per-message ``POST /v1/gate/owned``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ import hashlib
 import os
 import re
 import socket
+import ssl
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 
@@ -34,15 +43,18 @@ from nonebot.exception import IgnoredException
 from nonebot.message import event_preprocessor
 from nonebot.plugin import PluginMetadata
 
-from .client import Rejected, ServiceClient, Unreachable
+from .client import Rejected, ServiceClient, TlsRefused, Unreachable, tls_context
 from .config import Config
 from .fleet import Reporter
 from .gate import (
     ASSIGNEE_OFFLINE,
+    HELD,
     Claims,
     Stats,
     Verdict,
     counted_by_service,
+    held,
+    held_by_service,
     is_command,
     local_verdict,
 )
@@ -95,6 +107,9 @@ class Runtime:
         self.scope: anyio.CancelScope | None = None
         self.fleet_wake = anyio.Event()
         self.stream_opens = 0
+        self.stream_reporter: str | None = None
+        """The reporter name the stream is followed under (``None``: anonymously)."""
+        self.reconnects: Reconnects | None = None
         self.hooks_running = 0
         """Bot connect/disconnect hooks in progress."""
 
@@ -103,10 +118,30 @@ runtime = Runtime()
 
 
 # ------------------------------------------------------------------------------ lifecycle
+def _verify() -> ssl.SSLContext | bool:
+    """The TLS settings for an ``https://`` AUTO_ASSIGN_URL: AUTO_ASSIGN_CA_FILE's CA, else
+    the system's roots. A CA file that cannot be read trusts nothing (every request fails, and
+    says why): the system's roots are not what was asked for."""
+    ca_file = config.auto_assign_ca_file
+    if not ca_file:
+        return True
+    try:
+        return tls_context(ca_file)
+    except (OSError, ssl.SSLError) as e:
+        logger.error(
+            f"auto-assign: AUTO_ASSIGN_CA_FILE {ca_file!r} cannot be used ({e}); no TLS "
+            "certificate of the service will be trusted"
+        )
+        return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, and trusts no CA
+
+
 @driver.on_startup
 async def _start() -> None:
     runtime.client = ServiceClient(
-        config.auto_assign_url, config.auto_assign_token, config.auto_assign_timeout
+        config.auto_assign_url,
+        config.auto_assign_token,
+        config.auto_assign_timeout,
+        verify=_verify(),
     )
     runtime.scope = anyio.CancelScope()
     driver.task_group.start_soon(_background, runtime.scope)
@@ -162,23 +197,69 @@ async def _follow() -> None:
         runtime.state.connected = False
 
 
+class Reconnects:
+    """When to reopen the assignment stream. A stream that drops is reopened at once: the
+    service keeps this process's bots online for ``sources.http.streamGrace`` (0.5 s) while it
+    has no stream, so a transient drop costs nothing. At most ``burst`` immediate reopenings
+    within ``window`` seconds, though: a service or proxy that cuts every stream right away
+    is retried with the backoff (0.5 s, doubling up to ``AUTO_ASSIGN_RECONNECT_MAX``), not in
+    a loop of requests."""
+
+    def __init__(self, burst: int = 3, window: float = 5.0) -> None:
+        self.window = window
+        self._immediate: deque[float] = deque(maxlen=burst)
+        self.failures = 0
+        """Failed attempts in a row, immediate ones not counted."""
+        self._outage_immediate = False
+        self.dropped_at: float | None = None
+        self.last_delay: float | None = None
+        """Seconds from the last drop of an open stream to the request that reopened it."""
+
+    def opened(self) -> None:
+        """The stream is open (its snapshot arrived)."""
+        self.failures, self._outage_immediate = 0, False
+
+    def dropped(self, now: float) -> float:
+        """The stream ended or could not be opened: seconds to wait before the next attempt."""
+        if self.dropped_at is None:
+            self.dropped_at = now
+        full = len(self._immediate) == self._immediate.maxlen
+        if not self._outage_immediate and not (full and now - self._immediate[0] < self.window):
+            self._outage_immediate = True
+            self._immediate.append(now)
+            return 0.0
+        self.failures += 1
+        backoff: float = 0.5 * 2 ** min(self.failures - 1, 8)
+        return min(float(config.auto_assign_reconnect_max), backoff)
+
+    def reopening(self, now: float) -> None:
+        """A request to reopen the stream goes out."""
+        if self.dropped_at is not None:
+            self.last_delay, self.dropped_at = now - self.dropped_at, None
+
+
 async def _follow_stream() -> None:
     state = runtime.state
-    failures = 0
+    reconnects = runtime.reconnects = Reconnects()
     down_logged = False
+    # Named, the stream tells the service this process is alive (only when it reports a fleet:
+    # the name is its reporter's).
+    runtime.stream_reporter = runtime.reporter.name if config.auto_assign_report_fleet else None
     while True:
         client = runtime.client
         if client is None or client.closed:
             return
         runtime.stream_opens += 1
+        reconnects.reopening(time.monotonic())
         try:
-            async with aclosing(client.stream()) as events:
+            async with aclosing(client.stream(runtime.stream_reporter)) as events:
                 async for name, data in events:
                     if name == "snapshot":
                         state.snapshot(int(data["version"]), data["assignments"])
                         if down_logged:
                             logger.info("auto-assign: assignment stream reconnected")
-                        failures, down_logged = 0, False
+                        down_logged = False
+                        reconnects.opened()
                         runtime.fleet_wake.set()
                         runtime.reporter.poke()  # a restarted service must hear from us
                     elif name == "changes":
@@ -194,16 +275,40 @@ async def _follow_stream() -> None:
                         # A bot went on- or offline; no version (not an assignment change).
                         platform, bot = str(data["platform"]), str(data["bot"])
                         state.presence(platform, bot, bool(data["online"]))
-        except (Unreachable, Rejected, ValueError, KeyError, TypeError) as e:
-            if not down_logged:
-                down_logged = True
+        except Rejected as e:
+            if e.status == 400 and runtime.stream_reporter and "reporter" in e.error:
+                # A service whose sources.http is off refuses the name: follow anonymously
+                # (its bots then go offline after offlineGrace, not streamGrace).
                 logger.warning(
-                    f"auto-assign: assignment stream unavailable ({e}); deciding from the last "
-                    f"known assignment ({len(state.table)} group(s))"
+                    f"auto-assign: the service refuses the stream's reporter name ({e.error}); "
+                    "following it without (a killed process's bots go offline only after "
+                    "sources.http.offlineGrace)"
                 )
+                runtime.stream_reporter = None
+                state.connected = False
+                continue
+            down_logged = _stream_down(e, down_logged)
+        except TlsRefused as e:
+            if not down_logged:
+                logger.error(f"auto-assign: assignment stream: {e}")
+            down_logged = True
+        except (Unreachable, ValueError, KeyError, TypeError) as e:
+            down_logged = _stream_down(e, down_logged)
         state.connected = False
-        failures += 1
-        await anyio.sleep(min(config.auto_assign_reconnect_max, 0.5 * 2 ** min(failures - 1, 8)))
+        await anyio.sleep(reconnects.dropped(time.monotonic()))
+
+
+def _stream_down(e: Exception, logged: bool) -> bool:
+    """Logs the stream's outage once; returns that it is logged."""
+    if not logged:
+        why = str(e)
+        if isinstance(e, Rejected) and e.forbidden:
+            why += " (the plugin needs a token of the report role)"
+        logger.warning(
+            f"auto-assign: assignment stream unavailable ({why}); deciding from the last "
+            f"known assignment ({len(runtime.state.table)} group(s))"
+        )
+    return True
 
 
 async def _refresh_fleet() -> None:
@@ -220,6 +325,7 @@ async def _refresh_fleet() -> None:
         reporter = runtime.reporter
         told, queued = reporter.all_sent(), reporter.queued
         since = state.presences
+        await refresh_held(client)
         try:
             state.set_fleet(await client.bots(), since)
         except (Unreachable, Rejected, ValueError, KeyError, TypeError):
@@ -234,6 +340,24 @@ async def _refresh_fleet() -> None:
                     if bot not in driver.bots and bot not in reporter.groups:
                         state.ours.discard(bot)
         await anyio.sleep(0.2)
+
+
+async def refresh_held(client: ServiceClient) -> None:
+    """Reads the operator's holds (``GET /v1/pins``) for the gate; a service without the
+    route is not asked again until the stream reconnects."""
+    state = runtime.state
+    if state.pins_unsupported:
+        return
+    try:
+        pins = await client.pins()
+    except Rejected as e:
+        if e.status == 404:
+            state.pins_unsupported = True
+            state.held = set()
+        return
+    except (Unreachable, ValueError, KeyError, TypeError, AttributeError):
+        return  # the last read stays
+    state.set_pins(pins)
 
 
 # ------------------------------------------------------------------------------ fleet source
@@ -329,6 +453,11 @@ async def decide(bot: Bot, event: GroupMessageEvent) -> Verdict:
     if not isinstance(local, str):
         runtime.stats.local += 1
         return local
+    if held(event, driver.bots, runtime.state):
+        if not commands.own_command(bot, event):
+            runtime.stats.local += 1
+            return HELD
+        return await _own_command_in_held_group(self_id, event)
     if lane is None:
         lane = "command" if is_command(bot, event) else "chat"
     before = None
@@ -344,10 +473,28 @@ async def decide(bot: Bot, event: GroupMessageEvent) -> Verdict:
             return await runtime.reporter.wait_sent(config.auto_assign_timeout)
 
     try:
-        return await runtime.claims.decide(
+        verdict = await runtime.claims.decide(
             runtime.client, self_id, event, lane, before, gone=_gone
         )
     except Exception as e:  # noqa: BLE001 - an escaping exception would drop the event
+        logger.exception(f"auto-assign: claim failed: {e!r}")
+        return runtime.claims.unreachable("error")
+    decision = runtime.claims.answer(event)
+    if decision is not None and held_by_service(decision):
+        # Held, and the plugin did not know it yet (a hold made elsewhere, read at the next
+        # refresh): it is known from now on.
+        runtime.state.held.add(str(event.group_id))
+        if commands.own_command(bot, event):
+            return await _own_command_in_held_group(self_id, event)
+    return verdict
+
+
+async def _own_command_in_held_group(self_id: str, event: GroupMessageEvent) -> Verdict:
+    """One of the plugin's commands in a group an operator holds: the service's ingress
+    answers nobody there, so one bot is picked by the owned gate, per message."""
+    try:
+        return await runtime.claims.command(runtime.client, self_id, event)
+    except Exception as e:  # noqa: BLE001
         logger.exception(f"auto-assign: claim failed: {e!r}")
         return runtime.claims.unreachable("error")
 

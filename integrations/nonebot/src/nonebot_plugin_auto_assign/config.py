@@ -17,10 +17,18 @@ class Config(BaseModel):
     """``AUTO_ASSIGN_*`` keys (the README lists them with their meaning)."""
 
     auto_assign_url: str = "http://127.0.0.1:8787"
-    """Base URL of the auto-assign service's HTTP API (`api.bind`)."""
+    """Base URL of the auto-assign service's HTTP API (`api.bind`): ``http://`` or, with the
+    service's `api.tls`, ``https://``."""
 
     auto_assign_token: str = ""
-    """The service's `api.token`, sent as ``Authorization: Bearer <token>``."""
+    """A token of the service (`api.token`, or one of `api.tokens`), sent as
+    ``Authorization: Bearer <token>``. Its role: ``report`` for the plugin's work (reporting,
+    claims, the stream, the reading commands); ``admin`` for the changing commands too."""
+
+    auto_assign_ca_file: str = ""
+    """For an ``https://`` URL: a PEM file with the CA certificate that signed the service's
+    certificate (relative to NoneBot's working directory); only it is trusted then. Empty: the
+    system's roots."""
 
     auto_assign_reporter: str = ""
     """This process's reporter name (``[A-Za-z0-9_.:-]``); empty: ``nonebot-<hostname>-<port>``.
@@ -79,8 +87,9 @@ class Config(BaseModel):
     this many seconds apply ``when_unreachable`` at once instead of waiting for a timeout."""
 
     auto_assign_reconnect_max: float = 30.0
-    """Longest wait between two attempts to reopen the assignment stream (it starts at 0.5 s
-    and doubles)."""
+    """Longest wait between two attempts to reopen the assignment stream. A stream that drops
+    is reopened at once (the service gives it ``sources.http.streamGrace``, 0.5 s, before it
+    takes this process's bots offline); then after 0.5 s, doubling."""
 
     auto_assign_log_decisions: bool = False
     """Log every gate decision at DEBUG level (costs a few microseconds per message)."""
@@ -90,9 +99,11 @@ class Config(BaseModel):
     the like are read as ``zh`` and ``en``."""
 
     auto_assign_read_permission: Literal["everyone", "admin", "superuser"] = "everyone"
-    """Who may use the reading commands (``aa explain``, ``aa status``): ``everyone``, ``admin``
-    (group owners and admins, and superusers) or ``superuser`` (``SUPERUSERS``). The changing
-    commands (``aa rebalance``) are for superusers only, whatever this says."""
+    """Who may use the reading commands (``aa explain``, ``aa status``, ``aa pins``,
+    ``aa drains``, the dry run): ``everyone``, ``admin`` (group owners and admins, and
+    superusers) or ``superuser`` (``SUPERUSERS``). The changing commands (``aa rebalance``,
+    ``pin``, ``hold``, ``unpin``, ``drain``, ``undrain``) are for superusers only, whatever this
+    says."""
 
     @field_validator("auto_assign_language", mode="before")
     @classmethod

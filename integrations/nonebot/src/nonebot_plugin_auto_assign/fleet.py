@@ -200,7 +200,14 @@ class Reporter:
                 retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(failures, 6))
                 if not self._failing:
                     self._failing = True
-                    logger.warning(f"auto-assign: reporter {self.name}: {e}; retrying")
+                    if isinstance(e, Rejected) and e.forbidden:
+                        logger.error(
+                            f"auto-assign: reporter {self.name}: {e}: AUTO_ASSIGN_TOKEN's role "
+                            "may not report the fleet; the plugin needs a token of the report "
+                            "role (or admin) in the service's api.tokens; retrying"
+                        )
+                    else:
+                        logger.warning(f"auto-assign: reporter {self.name}: {e}; retrying")
                 continue
             if self._failing:
                 self._failing = False

@@ -8,6 +8,14 @@ The rules are those of the service's ``POST /v1/ingress``, in its order:
 4. a group with an online assignee: only the assignee handles;
 5. otherwise (unassigned, excluded, assignee offline) the first claimer of the message wins.
 
+A group an operator holds with no assignee (``aa hold``, a pin to ``null``) is answered by
+nobody, as Koishi treats a channel with no assignee: only a mentioned bot (rule 2) gets
+through, and the plugin's own ``aa`` commands, which one bot answers. The service's ingress
+answers ``"kind": "held"`` (nobody) there, for commands too, so the plugin decides its own
+commands with the owned gate instead (``POST /v1/gate/owned``, one gate per message: the first
+bot to ask answers). The plugin knows the holds itself (``GET /v1/pins``, and every ingress
+answer ``held``), so held groups are decided without a request.
+
 Rules 1, 2 and 4 are decided here, from the streamed assignment, without a network round trip.
 Rule 5 asks the service (``POST /v1/ingress``), once per message and process: the bots of this
 process that received the same message share the answer.
@@ -15,6 +23,7 @@ process that received the same message share the answer.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,9 +50,28 @@ MENTIONED = Verdict(True, "mentioned")
 OTHER_BOT_MENTIONED = Verdict(False, "another bot of the fleet is mentioned")
 ASSIGNEE = Verdict(True, "assignee")
 ASSIGNED_TO_ANOTHER_BOT = Verdict(False, "assigned to another bot")
+HELD = Verdict(False, "held by an operator: nobody answers")
 
 UNASSIGNED = "unassigned channel"
 ASSIGNEE_OFFLINE = "assignee offline"
+
+HELD_REASON = "held with no assignee by an operator"
+"""The service's ingress reason for a held group (``"kind": "held"``)."""
+COMMAND_GATE_SECONDS = 60.0
+"""How long the owned gate of one command in a held group is kept: longer than any delay
+between two bots receiving the same message."""
+
+
+def held_by_service(decision: dict[str, Any]) -> bool:
+    """The service's ingress answered: the group is held, nobody handles it."""
+    return decision.get("kind") == "held" or decision.get("reason") == HELD_REASON
+
+
+def command_gate(key: Key) -> str:
+    """The owned gate's name for one message (a command in a held group): a digest of its
+    signature, so that each message has its own gate and the first bot to ask it answers."""
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+    return f"auto_assign.command.{digest}"
 
 
 def mentions(event: GroupMessageEvent) -> list[str]:
@@ -82,6 +110,15 @@ def local_verdict(
     if fleet is not None and not fleet.get(assignee, True):
         return ASSIGNEE_OFFLINE
     return ASSIGNED_TO_ANOTHER_BOT
+
+
+def held(event: GroupMessageEvent, local: Mapping[str, Any], state: Assignment) -> bool:
+    """Is the message in a group an operator holds (and without an assignee in the streamed
+    table), mentioning no bot of the fleet?"""
+    group = str(event.group_id)
+    if group not in state.held or group in state.table:
+        return False
+    return not any(state.is_fleet_bot(b, local) for b in mentions(event))
 
 
 def is_command(bot: Bot, event: GroupMessageEvent) -> bool:
@@ -141,6 +178,10 @@ class Claims:
         self.stats = stats
         self._flights: dict[Key, anyio.Event] = {}
         self._answers: OrderedDict[Key, Answer] = OrderedDict()
+        self._command_flights: dict[Key, anyio.Event] = {}
+        self._commands: OrderedDict[Key, tuple[str, bool | None]] = OrderedDict()
+        """Commands in held groups → (the bot of this process that asked the gate, whether it
+        was granted; ``None``: the service could not be asked)."""
         self._down_until = 0.0
         self._outage = False
 
@@ -221,8 +262,13 @@ class Claims:
             if not self._outage:
                 self._outage = True
                 what = "refused" if isinstance(e, Rejected) else "could not reach"
+                role = (
+                    " (AUTO_ASSIGN_TOKEN's role may not claim: it needs report)"
+                    if isinstance(e, Rejected) and e.forbidden
+                    else ""
+                )
                 logger.warning(
-                    f"auto-assign: a claim failed, the service {what} it ({e}); applying "
+                    f"auto-assign: a claim failed, the service {what} it ({e}){role}; applying "
                     f"AUTO_ASSIGN_WHEN_UNREACHABLE={self._when_unreachable()} until it answers"
                 )
         finally:
@@ -234,6 +280,44 @@ class Claims:
         if decision is None:
             return self.unreachable("claim failed")
         return Verdict(bool(decision.get("handle")), f"service: {decision.get('reason')}")
+
+    async def command(
+        self, client: ServiceClient | None, self_id: str, event: GroupMessageEvent
+    ) -> Verdict:
+        """The plugin's own command in a held group: the first bot of the fleet to take the
+        message's owned gate answers it. One bot of this process asks; the others of this
+        process that received the message follow its answer."""
+        text = event.original_message.extract_plain_text()
+        key: Key = (event.group_id, event.user_id, text, event.time)
+        if key not in self._commands and (flight := self._command_flights.get(key)) is not None:
+            await flight.wait()
+        if (known := self._commands.get(key)) is not None:
+            asker, taken = known
+            self.stats.shared += 1
+            if taken is None:
+                return self.unreachable("gate failed")
+            return Verdict(taken and asker == self_id, "held: command gate (shared)")
+        if client is None or client.closed:
+            return self.unreachable("not started")
+        flight = self._command_flights[key] = anyio.Event()
+        granted: bool | None = None
+        try:
+            self.stats.requests += 1
+            granted = await client.owned_gate(
+                command_gate(key), str(event.group_id), self_id, COMMAND_GATE_SECONDS
+            )
+        except (Unreachable, Rejected) as e:
+            logger.warning(f"auto-assign: the command gate of a held group failed ({e})")
+        finally:
+            self._commands[key] = (self_id, granted)
+            if len(self._commands) > KEPT_ANSWERS:
+                self._commands.popitem(last=False)
+            self._command_flights.pop(key, None)
+            flight.set()
+        if granted is None:
+            return self.unreachable("gate failed")
+        outcome = "taken" if granted else "taken by another bot"
+        return Verdict(granted, f"held: command gate {outcome}")
 
     def _reuse(self, answer: Answer, self_id: str) -> Verdict | None:
         """What another bot's answer for the same message means for ``self_id``; ``None``
@@ -254,6 +338,8 @@ class Claims:
             verdict = Verdict(False, f"service (via bot {asker}): claimed")
         elif reason == "sent by a bot of the fleet":
             verdict = SENT_BY_FLEET_BOT
+        elif held_by_service(decision):
+            verdict = Verdict(False, f"service (via bot {asker}): {reason}")
         else:
             return None
         self.stats.shared += 1

@@ -33,12 +33,28 @@ class Assignment:
         """Bots that connected to this process. One of them that is not connected now is
         offline, whatever the last read of the fleet says, until the service reports it online
         after it heard of its disconnection here (it then runs elsewhere)."""
+        self.held: set[str] = set()
+        """Groups an operator holds with no assignee on purpose (``GET /v1/pins``, read with
+        the fleet after every assignment change, and set by this plugin's own ``aa hold``):
+        nobody answers there but a mentioned bot and the plugin's own commands."""
+        self.pins_unsupported = False
+        """The service has no ``/v1/pins`` (older than the operator's routes): not asked again
+        until the stream reconnects."""
+
+    def set_pins(self, pins: list[dict[str, object]]) -> None:
+        """Applies a read of ``GET /v1/pins``: its holds on this platform."""
+        self.held = {
+            str(p["channel"])
+            for p in pins
+            if p.get("platform") == self.platform and p.get("bot") is None and "channel" in p
+        }
 
     def snapshot(self, version: int, assignments: Mapping[str, Mapping[str, str]]) -> None:
         self.table = {str(c): str(b) for c, b in assignments.get(self.platform, {}).items()}
         self.version = version
         self.connected = True
         self.snapshots += 1
+        self.pins_unsupported = False  # maybe another (upgraded) service
 
     def apply(self, version: int, platform: str, changes: Mapping[str, str | None]) -> bool:
         """Applies a ``changes`` event; ``False`` when its version does not follow."""
