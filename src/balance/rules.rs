@@ -295,10 +295,9 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    #[inline]
     fn flagged(&self, channel: ChanIx) -> bool {
-        self.flagged
-            .get(channel as usize / 64)
-            .is_some_and(|w| w >> (channel % 64) & 1 == 1)
+        bit_set(&self.flagged, channel)
     }
 
     /// The bot's capacity, if it has one (in the unit of `balance_by`).
@@ -347,9 +346,7 @@ impl Resolved {
 
     /// Whether an operator drained the bot.
     pub fn is_drained(&self, bot: BotIx) -> bool {
-        self.drained
-            .get(bot as usize / 64)
-            .is_some_and(|w| w >> (bot % 64) & 1 == 1)
+        bit_set(&self.drained, bot)
     }
 
     /// Whether the channel's drained online members are valid there: when no other online
@@ -404,20 +401,24 @@ impl Resolved {
     /// The bots a channel may go to: its pinned bot alone, else its online members. None for
     /// an excluded channel (check [`Resolved::is_excluded`] to tell the two apart). An
     /// iterator, so that a plan writes each channel's bots straight where it keeps them.
+    #[inline]
     pub fn valid_bots<'a>(
         &'a self,
         index: &'a PlatformIndex,
         channel: ChanIx,
     ) -> impl Iterator<Item = BotIx> + 'a {
         let members = index.members(channel);
-        let (pinned, members, keep_drained) = if !self.flagged(channel) {
-            (None, members, true)
+        // The drained bots to leave out: none for the many unflagged channels, so their
+        // filter is the online check alone (the planner asks this for every membership).
+        let (pinned, members, left_out): (_, _, &[u64]) = if !self.flagged(channel) {
+            (None, members, &[])
         } else if self.is_excluded(channel) || self.is_held(channel) {
-            (None, &[][..], true)
+            (None, &[][..], &[])
         } else {
             match self.pinned(index, channel) {
-                Some(pin) => (Some(pin), &[][..], true),
-                None => (None, members, self.drained_kept(index, channel)),
+                Some(pin) => (Some(pin), &[][..], &[]),
+                None if self.drained_kept(index, channel) => (None, members, &[]),
+                None => (None, members, &self.drained),
             }
         };
         // A pinned bot is an online member already.
@@ -425,9 +426,16 @@ impl Resolved {
             members
                 .iter()
                 .copied()
-                .filter(move |&b| index.is_online(b) && (keep_drained || !self.is_drained(b))),
+                .filter(move |&b| index.is_online(b) && !bit_set(left_out, b)),
         )
     }
+}
+
+/// Whether bit `i` of `bits` is set (false past the end).
+#[inline]
+fn bit_set(bits: &[u64], i: u32) -> bool {
+    bits.get(i as usize / 64)
+        .is_some_and(|w| w >> (i % 64) & 1 == 1)
 }
 
 #[cfg(test)]
