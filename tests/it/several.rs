@@ -853,6 +853,17 @@ fn a_pin_made_on_the_leader_survives_a_sigkill_takeover() {
     eventually("the pin and the drain applied", WAIT, || {
         applied(&cluster.rows())
     });
+    // The API answers once the leader has accepted the pin; it is stored with the writer's
+    // next fenced commit, milliseconds later (its audit record in the same transaction). A
+    // pin that moved nothing can be acknowledged before that commit: wait for it, so the kill
+    // tests the takeover, not that window (docs/operations.md says so).
+    eventually("the pin stored with its audit record", WAIT, || {
+        try_get(&cluster.url(leader, "/v1/audit")).is_some_and(|a| {
+            a["audit"]
+                .as_array()
+                .is_some_and(|rows| rows.iter().any(|r| r["action"] == "pin"))
+        })
+    });
 
     cluster.kill(leader);
     let (next, next_term) = cluster.wait_leader(term);
