@@ -121,9 +121,15 @@ async def test_a_killed_process_costs_its_groups_under_a_second(
                 next_at += TICK
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
+        started = seq
         sender = asyncio.create_task(traffic())
         try:
-            await asyncio.sleep(1.0)  # about 20 rounds answered before the kill
+            # 20 rounds answered in every group before the kill
+            await wait_until(
+                lambda: all((g, started + 20) in answers() for g in GROUPS),
+                timeout=10.0,
+                what="20 rounds answered before the kill",
+            )
             killed_at = time.monotonic()
             processes[victim].kill()
             first_after_kill = seq + 1
