@@ -29,7 +29,7 @@ pub enum Request {
         change: OverrideRequest,
         /// The credential that asks (for the audit).
         by: String,
-        reply: oneshot::Sender<Result<Shown, Refusal>>,
+        reply: oneshot::Sender<Result<Accepted, Refusal>>,
     },
     /// The pins and drains in force, with what each does now.
     Overrides {
@@ -111,6 +111,14 @@ impl Refusal {
 }
 
 /// The pins and drains in force, as the API lists them.
+/// An operator's change the engine has applied: what it is, and word of its commit (the API
+/// answers once the change is stored).
+#[derive(Debug)]
+pub struct Accepted {
+    pub shown: Shown,
+    pub stored: oneshot::Receiver<crate::store::writer::Stored>,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct OverridesNow {
     pub pins: Vec<PinNow>,
@@ -190,7 +198,7 @@ impl EngineHandle {
         &self,
         change: OverrideRequest,
         by: String,
-    ) -> Result<Result<Shown, Refusal>, Stopped> {
+    ) -> Result<Result<Accepted, Refusal>, Stopped> {
         self.ask(|reply| Request::Override { change, by, reply })
             .await
     }

@@ -4,7 +4,10 @@
 //! A change is checked here (the body, the time) and by the engine against the fleet (the
 //! platform, the group, the bot, its membership); a refusal changes nothing and names what was
 //! wrong. A follower refuses every change with 409 and the leader's API address, so a client
-//! can send it there.
+//! can send it there. A change is answered once it is stored (200), or after a few seconds
+//! with 202 when the database has not taken it yet.
+
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Extension, Path, Query, State};
@@ -15,9 +18,10 @@ use serde_json::json;
 
 use super::body::{Body, OptionalBody};
 use super::shared::{ApiRef, ApiState, Credential, error};
-use crate::engine_handle::{OverrideRequest, Refusal};
+use crate::engine_handle::{Accepted, OverrideRequest, Refusal};
 use crate::operator::{PinTarget, parse_until};
 use crate::store::fence::Role;
+use crate::store::writer::Stored;
 
 /// The longest note kept with a change.
 const MAX_NOTE: usize = 500;
@@ -180,7 +184,7 @@ async fn change_override(api: &ApiState, change: OverrideRequest, by: Credential
         return refused;
     }
     match api.engine.change_override(change, by.to_string()).await {
-        Ok(Ok(shown)) => Json(shown).into_response(),
+        Ok(Ok(accepted)) => stored(api, accepted).await,
         Ok(Err(Refusal::Following)) => following(api).await.unwrap_or_else(|| {
             let r = Refusal::Following;
             refused(StatusCode::CONFLICT, r.code(), r.to_string())
@@ -197,6 +201,42 @@ async fn change_override(api: &ApiState, change: OverrideRequest, by: Credential
             (status, Json(answer)).into_response()
         }
         Err(_) => stopping(),
+    }
+}
+
+/// How long a change's answer waits for its commit. The commit normally follows within
+/// milliseconds; a database that does not answer by then is failing (see `/healthz`).
+const STORE_WAIT: Duration = Duration::from_secs(5);
+
+/// The answer to an applied change, once it is stored: 200 when committed (it then survives
+/// this instance's death), 202 when it is in force but the database has not taken it yet
+/// (it is written when the database answers, and lost if this instance dies first), 409 when
+/// leadership changed before it could be written (it is not in force anywhere).
+async fn stored(api: &ApiState, accepted: Accepted) -> Response {
+    let Accepted { shown, stored } = accepted;
+    let mut answer = json!(shown);
+    match tokio::time::timeout(STORE_WAIT, stored).await {
+        Ok(Ok(Stored::Written)) => {
+            answer["stored"] = json!(true);
+            Json(answer).into_response()
+        }
+        Ok(Ok(Stored::Dropped)) => following(api).await.unwrap_or_else(|| {
+            refused(
+                StatusCode::CONFLICT,
+                "not_stored",
+                "leadership changed before the change was stored; make it again",
+            )
+        }),
+        Ok(Err(_)) => stopping(),
+        Err(_) => {
+            answer["stored"] = json!(false);
+            answer["warning"] = json!(format!(
+                "in force, but the database has not stored it within {}s (see /healthz): it \
+                 is written when the database answers, and lost if this instance stops first",
+                STORE_WAIT.as_secs()
+            ));
+            (StatusCode::ACCEPTED, Json(answer)).into_response()
+        }
     }
 }
 

@@ -118,6 +118,9 @@ pub fn change_line(what: &str, shown: &Value) -> String {
     if let Some(note) = shown["note"].as_str() {
         let _ = write!(line, " ({note})");
     }
+    if let Some(warning) = shown["warning"].as_str() {
+        let _ = write!(line, "\nwarning: {warning}");
+    }
     line
 }
 

@@ -2,13 +2,15 @@
 //! written with their audit record in the next fenced transaction, and planned at once (the
 //! rebalance they ask for has no delay). They end by themselves when their `until` passes.
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::info;
 
 use super::Engine;
-use crate::engine_handle::{DrainNow, OverrideRequest, OverridesNow, PinNow, Refusal};
+use crate::engine_handle::{Accepted, DrainNow, OverrideRequest, OverridesNow, PinNow, Refusal};
 use crate::operator::{Drain, Made, Overrides, Pin, PinTarget, Shown};
 use crate::store::fence::Duty;
+use crate::store::writer::Stored;
 use crate::store::{AuditRecord, Batch, OverrideChange, OverrideWrite};
 use crate::triggers::Cause;
 
@@ -49,7 +51,7 @@ impl Engine {
         &mut self,
         request: OverrideRequest,
         by: String,
-    ) -> Result<Shown, Refusal> {
+    ) -> Result<Accepted, Refusal> {
         if self.duty == Duty::Follower {
             return Err(Refusal::Following);
         }
@@ -150,8 +152,8 @@ impl Engine {
                 .map(|u| format!(" until {u}"))
                 .unwrap_or_default()
         );
-        self.record_overrides([(change, audit)]);
-        Ok(shown)
+        let stored = self.record_overrides([(change, audit)]);
+        Ok(Accepted { shown, stored })
     }
 
     /// Ends every pin and drain whose time has come.
@@ -180,7 +182,8 @@ impl Engine {
             };
             writes.push((change, audit));
         }
-        self.record_overrides(writes);
+        // Nobody waits on an expiry: it is stored with the next commit.
+        drop(self.record_overrides(writes));
     }
 
     /// When the next pin or drain ends by itself, on the runtime's clock.
@@ -238,7 +241,7 @@ impl Engine {
     fn record_overrides(
         &mut self,
         writes: impl IntoIterator<Item = (OverrideChange, AuditRecord)>,
-    ) {
+    ) -> oneshot::Receiver<Stored> {
         let overrides: Vec<OverrideWrite> = writes
             .into_iter()
             .map(|(change, audit)| OverrideWrite { change, audit })
@@ -247,12 +250,13 @@ impl Engine {
         for write in &overrides {
             self.unattended.note_override(&self.index, &write.change);
         }
-        self.writer.submit(Batch {
+        let stored = self.writer.submit_acknowledged(Batch {
             overrides,
             ..Batch::default()
         });
         self.assign_provisionally();
         self.request(Cause::Operator);
+        stored
     }
 
     /// A pin needs a platform, a channel a source reported, and a bot that is its member.

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 
@@ -59,8 +59,19 @@ pub struct Unwritten {
 }
 
 enum Job {
-    Batch(Batch),
+    /// A batch, and who waits to hear whether it was stored.
+    Batch(Batch, Option<oneshot::Sender<Stored>>),
     Duty(Duty),
+}
+
+/// What became of a batch someone waits on (an operator's change: the API answers once it is
+/// stored, so an acknowledged pin survives the leader's death).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// Committed in the leader's fenced transaction.
+    Written,
+    /// Dropped unwritten: leadership changed before it could be committed.
+    Dropped,
 }
 
 /// What the writer counts: each commit's duration and each failure by kind. Registered by
@@ -119,8 +130,16 @@ impl Writer {
     /// Hands a batch over; never waits.
     pub fn submit(&self, batch: Batch) {
         if !batch.is_empty() {
-            let _ = self.tx.send(Job::Batch(batch));
+            let _ = self.tx.send(Job::Batch(batch, None));
         }
+    }
+
+    /// Hands a batch over, and answers once it is committed or dropped (never when the writer
+    /// stops first: the receiver then sees the sender gone). Never waits itself.
+    pub fn submit_acknowledged(&self, batch: Batch) -> oneshot::Receiver<Stored> {
+        let (ack, stored) = oneshot::channel();
+        let _ = self.tx.send(Job::Batch(batch, Some(ack)));
+        stored
     }
 
     /// From now on writes as `duty` says. Rows pending from an earlier duty are dropped:
@@ -153,10 +172,15 @@ async fn run<S: Store>(
     let mut retry_at: Option<Instant> = None;
     let mut last_error: Option<String> = None;
     let mut duty = Duty::Alone;
+    // Those waiting on batches merged into `pending`: told when it is committed or dropped.
+    let mut waiting: Vec<oneshot::Sender<Stored>> = Vec::new();
     loop {
         let mut take = |job: Job, pending: &mut Pending| match job {
-            Job::Batch(batch) if duty != Duty::Follower => pending.merge(batch),
-            Job::Batch(_) => {}
+            Job::Batch(batch, ack) if duty != Duty::Follower => {
+                pending.merge(batch);
+                waiting.extend(ack);
+            }
+            Job::Batch(_, ack) => tell(ack, Stored::Dropped),
             Job::Duty(new) => {
                 if !pending.is_empty() && new != duty {
                     warn!(
@@ -166,6 +190,7 @@ async fn run<S: Store>(
                         pending.runs()
                     );
                     *pending = Pending::default();
+                    tell_all(&mut waiting, Stored::Dropped);
                 }
                 duty = new;
             }
@@ -183,6 +208,10 @@ async fn run<S: Store>(
             take(job, &mut pending);
         }
         if retry_at.is_some() || pending.is_empty() {
+            if pending.is_empty() {
+                // An empty batch is stored as soon as it arrives.
+                tell_all(&mut waiting, Stored::Written);
+            }
             publish(&status, &pending, None, clock);
             continue;
         }
@@ -203,6 +232,7 @@ async fn run<S: Store>(
                     info!("database available again: pending rows written");
                 }
                 last_error = None;
+                tell_all(&mut waiting, Stored::Written);
             }
             Err((Failure::Fenced, message)) => {
                 error!(
@@ -212,6 +242,7 @@ async fn run<S: Store>(
                     pending.runs()
                 );
                 pending = Pending::default();
+                tell_all(&mut waiting, Stored::Dropped);
                 duty = Duty::Follower;
                 status.send_modify(|s| s.fenced += 1);
                 publish(&status, &pending, None, clock);
@@ -256,11 +287,15 @@ async fn run<S: Store>(
         )
         .await
         {
-            Ok(()) => last_error = None,
+            Ok(()) => {
+                last_error = None;
+                tell_all(&mut waiting, Stored::Written);
+            }
             Err((Failure::Fenced, message)) => {
                 error!("{message}: dropping what this term did not write");
                 pending = Pending::default();
                 last_error = None;
+                tell_all(&mut waiting, Stored::Dropped);
             }
             Err((_, message)) => {
                 last_error = Some(message);
@@ -275,6 +310,19 @@ async fn run<S: Store>(
     Unwritten {
         pending,
         last_error,
+    }
+}
+
+fn tell(ack: Option<oneshot::Sender<Stored>>, stored: Stored) {
+    if let Some(ack) = ack {
+        // Whoever asked may have stopped waiting.
+        let _ = ack.send(stored);
+    }
+}
+
+fn tell_all(waiting: &mut Vec<oneshot::Sender<Stored>>, stored: Stored) {
+    for ack in waiting.drain(..) {
+        tell(Some(ack), stored);
     }
 }
 
@@ -512,6 +560,40 @@ mod tests {
         );
         assert!(old.finish().await.pending.is_empty());
         assert!(new.finish().await.pending.is_empty());
+    }
+
+    /// Whoever waits on a batch hears of it once it is committed (after an outage too), and
+    /// of a batch that a newer leader's fence made the writer drop.
+    #[tokio::test(start_paused = true)]
+    async fn an_acknowledged_batch_is_told_when_it_is_stored_or_dropped() {
+        let (store, writer) = in_an_outage();
+        let mut status = writer.status();
+        let mut stored = writer.submit_acknowledged(batch(&[("a", "1")], 1));
+        status.wait_for(|s| s.last_error.is_some()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(stored.try_recv().is_err(), "not stored during the outage");
+        store.set_failing(None);
+        assert_eq!(stored.await, Ok(Stored::Written));
+        assert_eq!(store.rows().len(), 1);
+
+        writer.set_duty(Duty::Leader(Fence {
+            term: 1,
+            holder: "old".into(),
+            api: None,
+        }));
+        let newer = Fence {
+            term: 2,
+            holder: "new".into(),
+            api: None,
+        };
+        store.commit(&Batch::default(), Some(&newer)).await.unwrap();
+        let dropped = writer.submit_acknowledged(batch(&[("b", "1")], 2));
+        assert_eq!(dropped.await, Ok(Stored::Dropped));
+        // A follower writes nothing: what it is handed is dropped at once.
+        let ignored = writer.submit_acknowledged(batch(&[("c", "1")], 3));
+        assert_eq!(ignored.await, Ok(Stored::Dropped));
+        assert_eq!(store.rows().len(), 1);
+        assert!(writer.finish().await.pending.is_empty());
     }
 
     /// A stop during an outage tries for the configured time, then reports what is left.

@@ -529,6 +529,43 @@ fn pins_and_drains_survive_a_restart_on_mariadb() {
     survive_a_restart(Db::Mysql(url.clone()), &url, &dir);
 }
 
+/// A change is answered once it is stored: while the database is down it is in force at once
+/// but answered with 202 and a warning, and written when the database is back.
+#[test]
+fn a_change_the_database_cannot_store_yet_is_answered_as_such_and_written_later() {
+    let pg = Postgres::start();
+    let dir = TempDir::new("operator-outage");
+    let service = start(&dir, &pg.url(), "");
+    let (status, shown) = pin(&service, "100006", json!({"bot": "1003"}));
+    assert_eq!((status, &shown["stored"]), (200, &json!(true)), "{shown}");
+
+    pg.stop();
+    let (status, shown) = pin(&service, "100007", json!({"bot": "1003", "note": "VIP"}));
+    assert_eq!((status, &shown["stored"]), (202, &json!(false)), "{shown}");
+    assert!(
+        shown["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("has not stored it")),
+        "{shown}"
+    );
+    assert_eq!(shown["channel"], "100007", "{shown}");
+    let listed: Vec<Value> = pins(&service);
+    assert!(
+        listed.iter().any(|p| p["channel"] == "100007"),
+        "in force while unstored: {listed:?}"
+    );
+    pg.restart();
+    // `/v1/audit` reads the stored log.
+    eventually("the pin written once the database is back", WAIT, || {
+        let (status, audit) = get(&api(&service, "/v1/audit"), Some(TOKEN));
+        status == 200
+            && audit["audit"]
+                .as_array()
+                .is_some_and(|rows| rows.iter().filter(|r| r["action"] == "pin").count() == 2)
+    });
+    service.stop().unwrap();
+}
+
 /// The command line: pin, hold, drain, their tables, a dry run, and the refusals' messages.
 #[test]
 fn the_command_line_pins_drains_and_previews() {
