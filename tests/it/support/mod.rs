@@ -7,6 +7,7 @@
 
 pub mod ca;
 pub mod fleets;
+pub mod netns;
 pub mod redis;
 pub mod service;
 pub mod sql;

@@ -296,39 +296,62 @@ impl RedisSentinel {
 pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
+    /// The address it listens on, and the host it runs on (a partition test's).
+    address: String,
+    host: Option<super::netns::Host>,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        let mut server = RedisServer {
-            child: None,
-            port: free_port(),
-        };
+        let mut server = RedisServer::on_port(free_port());
+        server.restart();
+        server
+    }
+
+    /// On a partition test's host, listening on its address.
+    pub fn start_on(host: &super::netns::Host) -> RedisServer {
+        let mut server = RedisServer::on_port(free_port());
+        server.address = host.ip.clone();
+        server.host = Some(host.clone());
         server.restart();
         server
     }
 
     /// A server for `port`, not started yet ([`RedisServer::restart`] starts it).
     pub fn on_port(port: u16) -> RedisServer {
-        RedisServer { child: None, port }
+        RedisServer {
+            child: None,
+            port,
+            address: "127.0.0.1".to_owned(),
+            host: None,
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}:{}", self.address, self.port)
     }
 
     /// Starts (again) on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();
         installed("redis-server", "redis-server");
-        let child = auto_assign::testkit::procs::redis_server(self.port)
+        let mut command = match &self.host {
+            None => auto_assign::testkit::procs::redis_server(self.port),
+            Some(host) => {
+                let mut c = host.command("redis-server");
+                c.args(["--port", &self.port.to_string(), "--bind", &self.address])
+                    .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"]);
+                c
+            }
+        };
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server (scripts/test.sh installs it)");
         self.child = Some(child);
         let until = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while std::net::TcpStream::connect((self.address.as_str(), self.port)).is_err() {
             assert!(
                 Instant::now() < until,
                 "redis-server not accepting connections"
@@ -347,7 +370,7 @@ impl RedisServer {
     /// A command through redis-cli (simple, synchronous).
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
+            .args(["-h", &self.address, "-p", &self.port.to_string()])
             .args(args)
             .output()
             .unwrap();

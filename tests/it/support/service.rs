@@ -128,7 +128,20 @@ impl Service {
 
     /// [`Service::start`] with these environment variables set as well.
     pub fn start_with_env(config: &Path, vars: &[(&str, &str)]) -> Service {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_auto-assign"))
+        Service::spawn(
+            Command::new(env!("CARGO_BIN_EXE_auto-assign")),
+            config,
+            vars,
+        )
+    }
+
+    /// On a partition test's host (in its network namespace).
+    pub fn start_on(host: &super::netns::Host, config: &Path) -> Service {
+        Service::spawn(host.command(env!("CARGO_BIN_EXE_auto-assign")), config, &[])
+    }
+
+    fn spawn(mut command: Command, config: &Path, vars: &[(&str, &str)]) -> Service {
+        let mut child = command
             .args(["serve", "--config"])
             .arg(config)
             .env("RUST_LOG", "info")

@@ -12,21 +12,33 @@ use super::{TempDir, block_on, ca, free_port, installed, is_root};
 pub struct Postgres {
     dir: TempDir,
     pub port: u16,
+    /// The address it listens on, and the namespace it runs in (a partition test's host).
+    address: String,
+    netns: Option<String>,
 }
 
 impl Postgres {
     pub fn start() -> Postgres {
-        Postgres::start_with(None)
+        Postgres::start_with(None, None)
+    }
+
+    /// On a partition test's host: listening on its address, in its namespace, letting in
+    /// every host of the test's bridge.
+    pub fn start_on(host: &super::netns::Host) -> Postgres {
+        Postgres::start_with(None, Some(host))
     }
 
     /// With TLS only: `ssl = on` with `server`'s certificate and key, `postgres`'s password
     /// `password` (SCRAM), and `pg_hba.conf` letting TCP connections in over TLS only (a
     /// plain one is refused; the local socket stays `trust`).
     pub fn start_tls(server: &ca::CertFiles, password: &str) -> Postgres {
-        Postgres::start_with(Some((server, password)))
+        Postgres::start_with(Some((server, password)), None)
     }
 
-    fn start_with(tls: Option<(&ca::CertFiles, &str)>) -> Postgres {
+    fn start_with(
+        tls: Option<(&ca::CertFiles, &str)>,
+        host: Option<&super::netns::Host>,
+    ) -> Postgres {
         let dir = TempDir::new("pg");
         let data = dir.join("data");
         // The server's own copies, in its directory: owned by the user it runs as (the chown
@@ -113,27 +125,44 @@ impl Postgres {
             )
             .unwrap();
         }
+        if let Some(host) = host {
+            use std::io::Write as _;
+            let subnet = host.ip.rsplit_once('.').unwrap().0;
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("pg_hba.conf"))
+                .unwrap();
+            writeln!(hba, "host all all {subnet}.0/24 trust").unwrap();
+        }
         let port = free_port();
+        let address = host.map_or("127.0.0.1".to_owned(), |h| h.ip.clone());
+        let netns = host.map(|h| h.ns.clone());
         let options = format!(
-            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
+            "-p {port} -c listen_addresses={address} -k {} -c fsync=off",
             dir.path().display()
         );
-        run(&[
-            "pg_ctl",
-            "-D",
-            data.to_str().unwrap(),
+        let pg = Postgres {
+            dir,
+            port,
+            address,
+            netns,
+        };
+        pg.pg_ctl(&[
             "-o",
             &options,
             "-l",
-            dir.join("log").to_str().unwrap(),
+            pg.dir.join("log").to_str().unwrap(),
             "-w",
             "start",
         ]);
-        Postgres { dir, port }
+        pg
     }
 
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        format!(
+            "postgres://postgres@{}:{}/postgres",
+            self.address, self.port
+        )
     }
 
     /// Stops the server (it can be started again with [`Postgres::restart`]).
@@ -143,8 +172,9 @@ impl Postgres {
 
     pub fn restart(&self) {
         let options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
+            "-p {} -c listen_addresses={} -k {} -c fsync=off",
             self.port,
+            self.address,
             self.dir.path().display()
         );
         self.pg_ctl(&[
@@ -157,22 +187,31 @@ impl Postgres {
         ]);
     }
 
+    /// `pg_ctl -D data args…` as the server's user, in its namespace; a start must succeed.
     fn pg_ctl(&self, args: &[&str]) {
         let data = self.dir.join("data");
-        let as_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout == b"0\n")
-            .unwrap_or(false);
         let bin = find_pg_bin("pg_ctl");
-        let mut cmd = if as_root {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(bin);
-            c
-        } else {
-            Command::new(bin)
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]);
+                c
+            }
+            None => Command::new("env"),
         };
-        let _ = cmd.arg("-D").arg(&data).args(args).output();
+        if is_root() {
+            cmd.args(["runuser", "-u", "postgres", "--"]);
+        }
+        let out = cmd.arg(bin).arg("-D").arg(&data).args(args).output();
+        if args.last() == Some(&"start") {
+            let out = out.expect("run pg_ctl");
+            assert!(
+                out.status.success(),
+                "pg_ctl start: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }
 
