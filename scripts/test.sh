@@ -3,8 +3,9 @@
 # packages (PostgreSQL 15, redis-server, MariaDB, Prometheus, Chromium and its driver, Node,
 # Python's venv, iproute2 and nftables; the tests start their own servers on free loopback
 # ports, and the partition test its hosts in network namespaces, as root), then runs
-# formatting, lints and every test (release build: the property tests and the planner are much
-# faster optimised), then the Koishi plugin's tests (npm ci) and the NoneBot plugin's (a venv).
+# formatting, lints and every test (an optimised build, the `ci` profile: the property tests
+# and the planner are much faster optimised), then the Koishi plugin's tests (npm ci) and the
+# NoneBot plugin's (a venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -101,10 +102,11 @@ rust_tests() {
   # nextest runs the test binaries side by side (each test in its own process), so tests
   # that wait on their servers overlap instead of queueing binary by binary. The crate has no
   # doc tests. Without nextest, cargo's own runner does the same work one binary at a time.
+  # The `ci` profile is release without its thin local LTO (Cargo.toml says why).
   if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --release --no-fail-fast
+    cargo nextest run --cargo-profile ci --no-fail-fast
   else
-    cargo test --release --no-fail-fast
+    cargo test --profile ci --no-fail-fast
   fi
 }
 
@@ -112,8 +114,8 @@ part fmt cargo fmt --all -- --check
 part clippy cargo clippy --all-targets --features bench -- -D warnings
 part "Rust tests" rust_tests
 
-# The integrations run against the release binary the Rust tests just built.
-export AUTO_ASSIGN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/auto-assign"
+# The integrations run against the binary the Rust tests just built.
+export AUTO_ASSIGN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/ci/auto-assign"
 koishi_tests() {
   fetched "$koishi_deps" "$fetched/koishi.log"
   (cd integrations/koishi && npm test)
