@@ -110,7 +110,6 @@ impl Refusal {
     }
 }
 
-/// The pins and drains in force, as the API lists them.
 /// An operator's change the engine has applied: what it is, and word of its commit (the API
 /// answers once the change is stored).
 #[derive(Debug)]
@@ -119,6 +118,7 @@ pub struct Accepted {
     pub stored: oneshot::Receiver<crate::store::writer::Stored>,
 }
 
+/// The pins and drains in force, as the API lists them.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct OverridesNow {
     pub pins: Vec<PinNow>,

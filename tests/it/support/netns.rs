@@ -5,8 +5,8 @@
 //! real network, instead of being refused at once as when a local process dies.
 //!
 //! Needs root (CI runs the suite as root), `ip` (iproute2) and `nft` (nftables; scripts/test.sh
-//! installs it). The addresses are private to this machine: 10.(200 + pid % 50).(pid / 50 %
-//! 250).0/24, so suites started side by side do not share one.
+//! installs it). The addresses are private to this machine: 10.(200 + (pid + n) % 50).(pid / 50
+//! % 250).0/24 for the process's n-th net, so suites started side by side do not share one.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
