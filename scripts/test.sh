@@ -89,7 +89,7 @@ fetched=$(mktemp -d)
 koishi_deps=$!
 integrations/nonebot/run-tests.sh --setup-only >"$fetched/nonebot.log" 2>&1 &
 nonebot_deps=$!
-fetched() {
+await_fetch() {
   local pid=$1 log=$2
   if ! wait "$pid"; then
     echo "fetching dependencies failed:" >&2
@@ -117,11 +117,11 @@ part "Rust tests" rust_tests
 # The integrations run against the binary the Rust tests just built.
 export AUTO_ASSIGN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/ci/auto-assign"
 koishi_tests() {
-  fetched "$koishi_deps" "$fetched/koishi.log"
+  await_fetch "$koishi_deps" "$fetched/koishi.log"
   (cd integrations/koishi && npm test)
 }
 nonebot_tests() {
-  fetched "$nonebot_deps" "$fetched/nonebot.log"
+  await_fetch "$nonebot_deps" "$fetched/nonebot.log"
   integrations/nonebot/run-tests.sh
 }
 part Koishi koishi_tests
