@@ -25,8 +25,7 @@ const CHANNELS: usize = 12;
 
 struct Instance {
     port: u16,
-    /// Its API's address: 127.0.0.1, or its host's in a partition test.
-    address: String,
+    /// The host it runs on in a partition test (its API on the host's address).
     host: Option<Host>,
     config: PathBuf,
     service: Option<Service>,
@@ -105,9 +104,7 @@ impl Cluster {
         for (i, host) in hosts.into_iter().enumerate() {
             let name = ["a", "b", "c"][i].to_owned();
             let port = free_port();
-            let address = host
-                .as_ref()
-                .map_or("127.0.0.1".to_owned(), |h| h.ip.clone());
+            let address = host.as_ref().map_or("127.0.0.1", |h| h.ip.as_str());
             let config = cluster.dir.write(
                 &format!("{name}.yaml"),
                 &format!(
@@ -126,7 +123,6 @@ leadership: {{instance: {name}, leaseTtl: {}, lease: {lease}}}
             );
             cluster.instances.push(Instance {
                 port,
-                address,
                 host,
                 config,
                 service: None,
@@ -149,7 +145,11 @@ leadership: {{instance: {name}, leaseTtl: {}, lease: {lease}}}
 
     fn url(&self, i: usize, path: &str) -> String {
         let instance = &self.instances[i];
-        format!("http://{}:{}{path}", instance.address, instance.port)
+        let address = instance
+            .host
+            .as_ref()
+            .map_or("127.0.0.1", |h| h.ip.as_str());
+        format!("http://{address}:{}{path}", instance.port)
     }
 
     /// (role, term) as the instance reports it.
@@ -563,21 +563,11 @@ fn three_instances_with_flapping_bots_answer_each_message_once() {
     }
     cluster.set_fleet(FLEET);
     cluster.wait_settled(&[]);
-    let members: BTreeMap<u64, Vec<u64>> = (100001..=100012)
-        .map(|g| {
-            let bots = match g {
-                100001..=100004 => vec![1001, 1002],
-                100005..=100008 => vec![1001, 1002, 1003],
-                _ => vec![1001, 1003],
-            };
-            (g, bots)
-        })
-        .collect();
     let (mut once, mut twice, mut nobody) = (0, 0, 0);
     for n in 0..240u64 {
         let group = 100001 + n % 12;
         let mut handlers = 0;
-        for (k, bot) in members[&group].iter().enumerate() {
+        for (k, bot) in fleet_members(group).iter().enumerate() {
             let instance = ((n + k as u64) % 3) as usize;
             let body = json!({"platform": "onebot", "self_id": bot.to_string(),
                 "group_id": group.to_string(), "user_id": 42, "text": format!("/help {n}"),

@@ -338,9 +338,10 @@ impl RedisServer {
         let mut command = match &self.host {
             None => auto_assign::testkit::procs::redis_server(self.port),
             Some(host) => {
+                // The usual arguments; the later `--bind` replaces theirs.
                 let mut c = host.command("redis-server");
-                c.args(["--port", &self.port.to_string(), "--bind", &self.address])
-                    .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"]);
+                c.args(auto_assign::testkit::procs::redis_server_args(self.port))
+                    .args(["--bind", &self.address, "--protected-mode", "no"]);
                 c
             }
         };

@@ -54,11 +54,7 @@ impl Postgres {
             .unwrap();
             std::fs::write(dir.join("pwfile"), password).unwrap();
         }
-        let as_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout == b"0\n")
-            .unwrap_or(false);
+        let as_root = is_root();
         if as_root {
             let status = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
