@@ -192,8 +192,10 @@ function apply(ctx, config) {
   })
 
   // Group messages, counted for the service's weights (every bot's copy: the reporter counts
-  // each message once).
-  if (options.messageReportInterval > 0) ctx.on('message', (session) => fleet.onMessage(session))
+  // each message once, and only where this Koishi answers it).
+  if (options.messageReportInterval > 0) {
+    ctx.on('message', (session) => fleet.onMessage(session, session.guildId ? applier.assigneeOf(session.platform, session.guildId) : undefined))
+  }
 
   ctx.on('ready', async () => {
     logger.info('following the auto-assign service at %s as reporter %s%s', config.endpoint, reporter, ca ? ' (trusting the CA of caFile)' : '')

@@ -134,9 +134,17 @@ class Reporter {
    * not traffic it has to answer, and counting a reply only where a second bot of ours happens
    * to be in the group would make the weight depend on the fleet. Counted by the guild id: the
    * id reported as the channel (on OneBot the group number, the same as the channel id).
+   *
+   * Counted by the process that answers it, so that several processes in one group count
+   * each message once: not when the group's assignee is a bot of another process (that
+   * process counts it), nor when it is a bot of ours that is offline (nobody here answers; a
+   * claim elsewhere, or the assignee the service picks next, counts it). Unassigned groups
+   * are counted.
    * @param {import('koishi').Session} session
+   * @param {string | undefined} assignee the group's assignee as the stream last said ('' or
+   *   undefined: none)
    */
-  onMessage(session) {
+  onMessage(session, assignee) {
     if (!this.messages || this.disposed) return
     const platform = session.platform
     const bot = session.selfId
@@ -144,6 +152,7 @@ class Reporter {
     if (session.isDirect) return
     const channel = session.guildId
     if (!channel || !validChannel(channel)) return
+    if (assignee && !this.bots.get(key(platform, assignee))?.online) return
     const user = session.userId ?? ''
     if (user && this.bots.has(key(platform, user))) return
     const timestamp = typeof session.timestamp === 'number' && Number.isFinite(session.timestamp) ? session.timestamp : Date.now()

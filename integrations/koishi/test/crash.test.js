@@ -31,6 +31,8 @@ const { createKoishi, captureLogs, waitFor, sleep } = require('./support/koishi'
 const { Service, freePort, TOKEN } = require('./support/service')
 
 const TICK = 100
+/** Milliseconds between two reports of a process's message counts. */
+const REPORT_INTERVAL = 200
 /** A scenario has settled once every group's last SETTLE messages were each answered by one bot. */
 const SETTLE = 5
 const G = (/** @type {number} */ i) => String(700000 + i)
@@ -246,7 +248,8 @@ test('two Koishi processes, one SIGKILLed: its groups are answered by the other 
   const processes = []
   /** @type {Traffic | undefined} */
   let traffic
-  const pluginConfig = { endpoint: service.endpoint, token: TOKEN }
+  // message counts reported every 200 ms: the killed process's last ones die with it
+  const pluginConfig = { endpoint: service.endpoint, token: TOKEN, messageReportInterval: REPORT_INTERVAL / 1000 }
   const diagnostics = () => [
     `--- replies: ${traffic?.messages.filter(m => m.replies).length} of ${traffic?.messages.length} messages, the last replied: #${traffic?.messages.filter(m => m.replies).at(-1)?.seq}`,
     `--- the last messages: ${JSON.stringify(GROUPS.map(g => traffic?.messages.filter(m => m.group === g).slice(-3)
@@ -321,6 +324,26 @@ test('two Koishi processes, one SIGKILLed: its groups are answered by the other 
     assert.ok(f.longest < 2000, `longest run of unanswered messages ${f.longest} ms (goal ≤ 1 s): ${JSON.stringify(f.runs)}`)
     assert.equal(whole.double, 0, 'no message answered twice')
     assert.deepEqual(await service.assignments(), Object.fromEntries(GROUPS.map(g => [g, '1002'])))
+
+    // each answered message is counted (balanceBy: messages) by the process that answered it,
+    // once: the survivor's groups exactly; the killed bot's groups every message the survivor
+    // answered, and at most every answered message (the counts the killed process had not
+    // reported yet, one report interval at most, died with it)
+    const messages = traffic.messages
+    /** @param {string} g @param {string} [by] */
+    const answered = (g, by) => messages.filter(m => m.group === g && m.answered.length && (!by || m.answered.includes(by))).length
+    const bounds = Object.fromEntries(GROUPS.map(g => [g, victims.includes(g) ? [answered(g, '1002'), answered(g)] : [answered(g), answered(g)]]))
+    const counted = async () => {
+      const { body } = await service.api('GET', '/v1/weights/onebot')
+      return Object.fromEntries(GROUPS.map(g => [g, (body.weights[g] ?? 0) / Math.LN2]))
+    }
+    await waitFor(async () => Object.entries(await counted()).every(([g, n]) => n >= bounds[g][0] - 0.5), 5000, `the answered messages counted: ${JSON.stringify(bounds)}`)
+    await sleep(3 * REPORT_INTERVAL) // a count reported twice would show by now
+    const count = await counted()
+    console.log(`# counted (messages, of the answered ones): ${GROUPS.map(g => `${g} ${count[g].toFixed(1)} of ${bounds[g][1]}`).join(', ')}`)
+    for (const g of GROUPS) {
+      assert.ok(count[g] >= bounds[g][0] - 0.5 && count[g] <= bounds[g][1] + 0.5, `group ${g}: ${count[g]} counted, want ${bounds[g].join('..')}`)
+    }
     // the survivor is stopped cleanly
     await b.stop()
     await waitFor(() => service.count(/fleet reporter koishi-b: stopped/) > 0, 5000, 'the survivor said goodbye')

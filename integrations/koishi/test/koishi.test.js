@@ -229,7 +229,8 @@ test('4c. restarted with sources.http.startupWait 2 s: no group goes silent mean
   try {
     await service.stop('SIGTERM')
     await service.start()
-    await sleep(3000) // past startupWait: the first plan ran
+    // past startupWait: the restarted service's first plan ran (its status had none before)
+    await waitFor(async () => (await service.api('GET', '/v1/status')).body?.last_run, 6000, 'the first plan after startupWait')
     await waitFor(() => assignedAndAgreed(groups), 3000, 'in agreement after the restart')
   } finally {
     polling = false

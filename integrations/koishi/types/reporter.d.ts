@@ -105,9 +105,17 @@ export class Reporter {
      * not traffic it has to answer, and counting a reply only where a second bot of ours happens
      * to be in the group would make the weight depend on the fleet. Counted by the guild id: the
      * id reported as the channel (on OneBot the group number, the same as the channel id).
+     *
+     * Counted by the process that answers it, so that several processes in one group count
+     * each message once: not when the group's assignee is a bot of another process (that
+     * process counts it), nor when it is a bot of ours that is offline (nobody here answers; a
+     * claim elsewhere, or the assignee the service picks next, counts it). Unassigned groups
+     * are counted.
      * @param {import('koishi').Session} session
+     * @param {string | undefined} assignee the group's assignee as the stream last said ('' or
+     *   undefined: none)
      */
-    onMessage(session: import("koishi").Session): void;
+    onMessage(session: import("koishi").Session, assignee: string | undefined): void;
     /**
      * This Koishi's bots that are online and, as far as this reporter knows (guild lists, joins
      * and leaves), in `channel`.

@@ -14,6 +14,7 @@ come back within the grace, and the other process's gate claims its groups from 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import shutil
 import time
@@ -29,6 +30,10 @@ GROUPS = ["501", "502", "503", "504"]
 TICK = 0.05
 """Seconds between two rounds of messages (one message per group, to both bots)."""
 STREAM_GRACE = 0.5
+REPORT_INTERVAL = 0.2
+"""Seconds between two reports of a process's message counts."""
+PER_MESSAGE = math.log(2)
+"""What one counted message adds to a group's weight (the default ``weights.halfLife``)."""
 
 
 def _report(capsys: pytest.CaptureFixture[str], text: str) -> None:
@@ -52,6 +57,9 @@ async def test_a_killed_process_costs_its_groups_under_a_second(
                 "AUTO_ASSIGN_URL": service.url,
                 "AUTO_ASSIGN_TOKEN": REPORT_TOKEN,  # the report role is all the plugin needs
                 "AUTO_ASSIGN_HEARTBEAT_INTERVAL": "5",
+                # Counts for balanceBy: messages, reported often (the victim's last ones die
+                # with it).
+                "AUTO_ASSIGN_MESSAGE_REPORT_INTERVAL": str(REPORT_INTERVAL),
             },
             log_level="WARNING",
         )
@@ -172,6 +180,32 @@ async def test_a_killed_process_costs_its_groups_under_a_second(
         after = [got[(g, n)] for g in GROUPS for n in range(first_after_kill, last + 1) if (g, n) in got]
         assert all(a == [survivor] for a in after[-len(GROUPS):])
 
+        # Each answered message is counted by the process that answered it, once: the
+        # survivor's groups exactly; the victim's groups every message the survivor answered,
+        # and at most every answered message (the victim's counts not reported yet when it died,
+        # one report interval at most, die with it).
+        def answered(g: str, by: str | None = None) -> int:
+            return sum(1 for (gg, _), b in got.items() if gg == g and (by is None or by in b))
+
+        bounds = {
+            g: (answered(g, survivor), answered(g))
+            if g in its_groups
+            else (answered(g), answered(g))
+            for g in GROUPS
+        }
+        counted: dict[str, float] = {}
+
+        async def all_counted() -> bool:
+            weights = await service.weights()
+            counted.update({g: weights.get(g, 0.0) / PER_MESSAGE for g in GROUPS})
+            return all(counted[g] >= low - 0.5 for g, (low, _) in bounds.items())
+
+        await wait_until(all_counted, what=f"the answered messages counted: {bounds}")
+        await asyncio.sleep(3 * REPORT_INTERVAL)  # a count reported twice would show by now
+        await all_counted()
+        for g, (low, high) in bounds.items():
+            assert low - 0.5 <= counted[g] <= high + 0.5, (g, counted[g], (low, high))
+
         log = service.log()
         _report(
             capsys,
@@ -180,7 +214,9 @@ async def test_a_killed_process_costs_its_groups_under_a_second(
             f"to both bots: {victim} offline at the service after {offline_after * 1000:.0f} ms; "
             f"longest unanswered interval {longest * 1000:.0f} ms (group {longest_group}); "
             f"{len(unanswered)} of {len(GROUPS) * (last - first_after_kill + 1)} messages after "
-            f"the kill unanswered; {doubles} answered twice in {len(got)}",
+            f"the kill unanswered; {doubles} answered twice in {len(got)}; counted "
+            f"(messages, the answered ones): "
+            f"{', '.join(f'{g} {counted[g]:.1f} of {bounds[g][1]}' for g in GROUPS)}",
         )
         assert "its assignment stream closed and did not come back" in log, log
         assert doubles == 0

@@ -168,6 +168,12 @@ class Traffic:
         self.sent: list[tuple[str, int, float, asyncio.Task[list[str]]]] = []
         """(group, tick, when sent, the task: the other process's bots that handled it)"""
         self.stopped = asyncio.Event()
+        self.parts: dict[tuple[str, int], dict[str, asyncio.Future[Any]]] = {}
+        """(group, tick) → each receiving bot's delivery ("1001 here", "2002 there")."""
+        from .plugins.record import HANDLED
+
+        self.first_handled = len(HANDLED)
+        """HANDLED before this traffic: the session's earlier tests, not read again."""
 
     async def run(self) -> None:
         start = time.monotonic()
@@ -186,11 +192,14 @@ class Traffic:
         self, group: str, tick: int, seq: int, ours: list[str], theirs: list[str]
     ) -> list[str]:
         text = f"tick {tick}"
-        results = await asyncio.gather(
+        parts = [
             *(self.bots[b].handle_event(group_message(b, group, text, seq=seq)) for b in ours),
             *(self.other.handles(b, group_message(b, group, text, seq=seq)) for b in theirs),
-        )
-        return [b for b, handled in zip(theirs, results[len(ours):]) if handled]
+        ]
+        named = [f"{b} here" for b in ours] + [f"{b} there" for b in theirs]
+        tasks = self.parts[(group, tick)] = dict(zip(named, map(asyncio.ensure_future, parts)))
+        results = await asyncio.gather(*tasks.values())
+        return [b for b, handled in zip(theirs, results[len(ours) :]) if handled]
 
     def idle(self) -> bool:
         """The messages of the last rounds have all been decided."""
@@ -205,7 +214,7 @@ class Traffic:
         from .plugins.record import HANDLED
 
         here: dict[tuple[int, str], list[str]] = {}
-        for bot, group, text in HANDLED:
+        for bot, group, text in HANDLED[self.first_handled :]:
             if text.startswith("tick "):
                 here.setdefault((int(text[5:]), str(group)), []).append(bot)
         return here
@@ -220,6 +229,29 @@ class Traffic:
             return False
         here = self._handled_here()
         return all(here.get((k, g)) or t.result() for g, k, t in rounds)
+
+    def undecided(self, since_tick: int) -> str:
+        """What a failed wait shows: the messages from ``since_tick`` on not answered, those
+        not decided yet, and where the first undecided deliveries wait."""
+        here = self._handled_here()
+        late = [(g, k, t) for g, k, _, t in self.sent if k >= since_tick]
+        unanswered = [
+            (g, k) for g, k, t in late if t.done() and not (here.get((k, g)) or t.result())
+        ]
+        pending = [(g, k, t) for g, k, t in late if not t.done()]
+        waits = sorted(
+            {
+                f"{bot}: {_awaiting(part)}"
+                for g, k, _ in pending[:50]
+                for bot, part in self.parts.get((g, k), {}).items()
+                if not part.done()
+            }
+        )
+        return (
+            f"after round {self.ticks}: unanswered (group, round) {unanswered[:20]}, "
+            f"undecided {[(g, k) for g, k, _ in pending[:20]]} of {len(pending)}, "
+            f"waiting in {waits[:5]}"
+        )
 
     async def figures(self, since_tick: int = 0) -> dict[str, Any]:
         """Who handled each message from round ``since_tick`` on, once every delivery ended."""
@@ -247,6 +279,16 @@ class Traffic:
             "double": double,
             "longest": longest,
         }
+
+
+def _awaiting(task: asyncio.Future[Any]) -> str:
+    """Where a pending delivery waits: its chain of awaits, innermost last."""
+    frames = []
+    coro: Any = task.get_coro() if isinstance(task, asyncio.Task) else None
+    while (frame := getattr(coro, "cr_frame", None)) is not None:
+        frames.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+        coro = coro.cr_await
+    return " > ".join(frames)
 
 
 def _timestamps(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
@@ -327,24 +369,8 @@ async def test_a_disconnect_in_another_process_silences_no_group(
                             timeout=15,
                             what=f"{STEADY_TICKS} rounds of messages all answered",
                         )
-                    except AssertionError:
-                        import sys
-                        here = traffic._handled_here()
-                        bad = [(g, k) for g, k, _, t in traffic.sent if k >= cut_tick and t.done() and not (here.get((k, g)) or t.result())]
-                        notdone = [(g, k, t) for g, k, _, t in traffic.sent if not t.done()]
-                        print("DEBUG unanswered", bad[:40], "notdone", [(g, k) for g, k, _ in notdone][:20], "ticks", traffic.ticks, "stats", runtime.stats, file=sys.stderr)
-                        for g, k, t in notdone[:2]:
-                            t.print_stack(file=sys.stderr)
-                        shown = 0
-                        for task in asyncio.all_tasks():
-                            st = task.get_stack(limit=60)
-                            names = [f.f_code.co_name for f in st]
-                            if any(n in ("decide", "ingress", "handles", "handle_event", "_request", "before", "wait_sent") for n in names):
-                                print("TASK", task.get_name(), " > ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in st), file=sys.stderr)
-                                shown += 1
-                                if shown > 12:
-                                    break
-                        raise
+                    except AssertionError as e:
+                        raise AssertionError(f"{e}; {traffic.undecided(cut_tick)}") from None
                 finally:
                     traffic.stopped.set()
                     await runner
