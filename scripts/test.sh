@@ -102,7 +102,7 @@ rust_tests() {
   # nextest runs the test binaries side by side (each test in its own process), so tests
   # that wait on their servers overlap instead of queueing binary by binary. The crate has no
   # doc tests. Without nextest, cargo's own runner does the same work one binary at a time.
-  # The `ci` profile is release without its thin local LTO (Cargo.toml says why).
+  # The `ci` profile is release without its thin local LTO and line tables (Cargo.toml says why).
   if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --cargo-profile ci --no-fail-fast
   else

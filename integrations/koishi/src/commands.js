@@ -201,8 +201,19 @@ function registerCommands(ctx, options, { applier, reporter }) {
     if (!session) return ''
     /** @type {About} */
     const about = {}
+    const client = serviceClient(options)
+    // A change the service put in force but could not store within 5 s (202, `stored: false`:
+    // its database is failing) is said so: it is lost if the service stops before it is written.
+    let unstored = false
+    /** @type {Call} */
+    const call = async (method, path, payload) => {
+      const answer = await client(method, path, payload)
+      if (answer?.stored === false) unstored = true
+      return answer
+    }
     try {
-      return await body(session, { about, call: serviceClient(options) })
+      const text = await body(session, { about, call })
+      return unstored ? `${text}\n${session.text('auto-assign.not-stored')}` : text
     } catch (e) {
       const refused = refusal(session, e, about)
       if (refused) return refused

@@ -48,15 +48,19 @@ function isFollower(e) {
 function serviceClient(options) {
   /** @type {string | null} */
   let leader = null
+  // A change is answered once the service has stored it, or after 5 s with 202 when its
+  // database does not answer: a shorter requestTimeout would call that a failure.
+  const changes = { ...options, requestTimeout: Math.max(options.requestTimeout ?? 0, CHANGE_TIMEOUT_MS) }
   return async (method, path, body) => {
-    if (leader) return atLeader(options, leader, method, path, body)
+    const o = method === 'GET' ? options : changes
+    if (leader) return atLeader(o, leader, method, path, body)
     try {
-      return await request(options, method, path, body)
+      return await request(o, method, path, body)
     } catch (e) {
       const api = leaderOf(e)
       if (!api) throw e
       leader = api
-      return atLeader(options, api, method, path, body)
+      return atLeader(o, api, method, path, body)
     }
   }
 }
@@ -73,6 +77,10 @@ async function atLeader(options, leader, method, path, body) {
     throw e
   }
 }
+
+/** How long a change may take to be answered: the service waits up to 5 s for its database
+ * to store it (then answers 202), plus the way there and back. */
+const CHANGE_TIMEOUT_MS = 10_000
 
 /** How often `planned` looks whether the operator's rebalance has run. */
 const POLL_MS = 50

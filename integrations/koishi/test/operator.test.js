@@ -10,6 +10,7 @@
 
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
+const { spawn } = require('node:child_process')
 const { mkdtempSync, rmSync } = require('node:fs')
 const { tmpdir } = require('node:os')
 const { join } = require('node:path')
@@ -24,6 +25,15 @@ const GROUPS = [1, 2, 3, 4].map(G)
 const MEMBERS = { '1001': GROUPS, '1002': GROUPS, '1003': GROUPS.slice(2) }
 const DELAYS = { botOnline: 20, botOffline: 20, botStatus: 20, channelJoined: 20, channelLeft: 20 }
 const ZH = zh.commands
+/** Python: takes SQLite's write lock on the file argv[1], says so, keeps it until stdin ends. */
+const HOLD_WRITE_LOCK = [
+  'import sqlite3, sys',
+  'db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)',
+  'db.execute("BEGIN EXCLUSIVE")',
+  'print("locked", flush=True)',
+  'sys.stdin.read()',
+  'db.execute("COMMIT")',
+].join('\n')
 const EN = en.commands
 
 /** @type {string} */ let dir
@@ -369,6 +379,37 @@ test('the dry run: what a rebalance would move and the loads, nothing changed; -
     return GROUPS.every(g => a[g] && a[g] !== '1004') ? a : null
   }, 3000, "1004's groups given to the others")
   for (const g of GROUPS) await answeredBy(g, a[g])
+})
+
+test('a change the service\'s database cannot store within 5 s: in force, and the reply says it is not stored yet; stored once the database answers', async () => {
+  const g = GROUPS[1]
+  const a = await service.assignments()
+  const other = a[g] === '1001' ? '1002' : '1001'
+  const audit = async () => /** @type {any[]} */ ((await service.api('GET', '/v1/audit?limit=5')).body.audit)
+  const since = (await audit())[0]?.at_ms ?? 0
+  // another process holds SQLite's write lock on the service's database until told to let go
+  const locker = spawn('python3', ['-c', HOLD_WRITE_LOCK, join(dir, 'state.db')], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const exited = new Promise(resolve => locker.once('exit', resolve))
+  try {
+    await new Promise((resolve, reject) => {
+      locker.stdout.once('data', resolve)
+      locker.once('exit', code => reject(new Error(`the lock holder exited (${code})`)))
+    })
+    const r = await command(g, 'admin', `分配.固定 ${other}`)
+    const lines = r.text.split('\n')
+    assert.equal(lines[0], fill(ZH['auto-assign.pin'].messages.done, { channel: g, bot: other, made: '' }))
+    assert.equal(lines.at(-1), zh['auto-assign']['not-stored'], r.text)
+    await answeredBy(g, other) // in force meanwhile
+    assert.equal((await pinOf(g))?.bot, other)
+  } finally {
+    locker.stdin.end()
+    await exited
+  }
+  // written once the database answers: its audit log (read from the database) has it
+  await waitFor(async () => (await audit()).some(e => e.action === 'pin' && e.target === g && e.bot === other && e.at_ms >= since),
+    10000, 'the pin stored')
+  const r = await command(g, 'admin-en', 'auto-assign.unpin')
+  assert.ok(!r.text.includes(en['auto-assign']['not-stored']), r.text)
 })
 
 test('the root command lists every command; authority levels of the new commands come from the config', async () => {

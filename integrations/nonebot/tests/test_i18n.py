@@ -72,7 +72,7 @@ def test_every_key_the_commands_use_exists() -> None:
     used = set(re.findall(r'"([a-z_]+\.[a-z_-]+)"', code))
     assert {"explain.assignee", "status.service_ok", "status.stream_down", "denied.admin"} <= used
     used |= {"unknown_sub", "unknown_flag", "too_many_args", "unreachable", "rejected", "failed"}
-    used |= {"missing_arg", "option_value", "bad_bot", "release", "via_leader"}
+    used |= {"missing_arg", "option_value", "bad_bot", "release", "via_leader", "not_stored"}
     for sub in SUBCOMMANDS:
         used |= {f"usage.{sub.name}", f"desc.{sub.name}"}
     readers = get_args(Config.model_fields["auto_assign_read_permission"].annotation)

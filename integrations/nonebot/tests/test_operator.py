@@ -11,6 +11,7 @@ the gate (which bot handles a message then)."""
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -402,6 +403,50 @@ async def test_drain_and_undrain(
             "ones, note: risk.\nTo release: /aa undrain 1002"
         )
         assert (await service.drains())["1002"]["note"] == "risk"
+
+
+async def test_a_change_the_database_cannot_store_yet(app: App, service: Service) -> None:
+    """The service's database does not take a change within 5 s (this test holds SQLite's
+    write lock on it): the change is in force at once, the reply says it is not stored yet
+    (the service's 202, ``stored: false``; longer than ``AUTO_ASSIGN_TIMEOUT``, and not a
+    failure), and it is stored once the database answers."""
+    from nonebot_plugin_auto_assign import runtime
+    from nonebot_plugin_auto_assign.i18n import EN, ZH
+
+    async def audit() -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = (await service.get("/v1/audit?limit=5"))["audit"]
+        return entries
+
+    async with app.test_api() as ctx:
+        bots = connect(ctx)
+        assignment = await settle(service, BOTS)
+        group = "6"
+        owner = assignment[group]
+        other = next(b for b in BOTS if b != owner)
+        since = max((e["at_ms"] for e in await audit()), default=0)
+        lock = sqlite3.connect(service.dir / "state.db", isolation_level=None, timeout=10)
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            reply = await ask(ctx, bots, group, f"/aa pin {other}", owner, user=SUPERUSER)
+            assert reply == f"已把群 6 固定到 {other}。\n解除：/aa unpin\n{ZH['not_stored']}"
+            await wait_until(
+                lambda: runtime.state.table.get(group) == other, what="the pin in force"
+            )
+        finally:
+            lock.execute("COMMIT")
+            lock.close()
+
+        async def stored() -> bool:
+            return any(
+                (e["action"], e["target"], e["bot"]) == ("pin", group, other)
+                and e["at_ms"] >= since
+                for e in await audit()
+            )
+
+        await wait_until(stored, what="the pin in the audit log, read from the database")
+        reply = await ask(ctx, bots, group, "/aa unpin", other, user=SUPERUSER)
+        assert ZH["not_stored"] not in reply and EN["not_stored"] not in reply, reply
+        assert await service.pins() == {}
 
 
 async def test_dry_run(app: App, service: Service) -> None:

@@ -33,6 +33,9 @@ import httpx
 
 STREAM_READ_TIMEOUT = 45.0
 """The service sends a keep-alive comment every 15 s: three missed ones mean a dead stream."""
+CHANGE_TIMEOUT = 10.0
+"""Seconds an operator's change may take: the service waits up to 5 s for its database to
+store it (then answers 202), plus the way there and back."""
 
 
 class Unreachable(Exception):
@@ -183,7 +186,10 @@ class ServiceClient:
         """An operator's change: its JSON answer, and the leader's address when a follower sent
         it there (``None``: the configured service made it). A follower's 409 is answered by
         sending the change once more, to the leader it names; whatever the leader answers
-        stands."""
+        stands. The service answers a change once stored, or after 5 s (202, ``stored:
+        false``) when its database does not answer: a shorter timeout would call that a
+        failure."""
+        kwargs.setdefault("timeout", max(self.timeout, CHANGE_TIMEOUT))
         try:
             response = await self._request(method, path, conflict_is_reporter=False, **kwargs)
             return (response.json() if response.content else None), None

@@ -243,9 +243,17 @@ def _refused(
     return t("rejected", error=e)
 
 
-def _via(t: Texts, reply: str, via: str | None) -> str:
-    """A change the leader made because the configured service follows: said on a line."""
-    return reply if via is None else f"{reply}\n{t('via_leader', api=via)}"
+def _change_reply(
+    t: Texts, reply: str, via: str | None, answer: dict[str, Any] | None = None
+) -> str:
+    """A change's reply, with a line when the leader made it because the configured service
+    follows, and one when the service put it in force but could not store it within 5 s (202,
+    ``stored: false``: it is lost if the service stops before its database answers)."""
+    if via is not None:
+        reply = f"{reply}\n{t('via_leader', api=via)}"
+    if answer is not None and answer.get("stored") is False:
+        reply = f"{reply}\n{t('not_stored')}"
+    return reply
 
 
 def _listed(t: Texts, items: list[str]) -> str:
@@ -591,7 +599,7 @@ async def _rebalance(call: Call) -> str:
         return _service_error(t, e)
     except Unreachable as e:
         return _service_error(t, e)
-    return _via(t, t("rebalance.requested", cmd=call.cmd), via)
+    return _change_reply(t, t("rebalance.requested", cmd=call.cmd), via)
 
 
 async def _pin(call: Call) -> str:
@@ -610,7 +618,7 @@ async def _pin(call: Call) -> str:
     runtime.state.held.discard(group)
     details = _details(t, pin.get("until"), pin.get("note"))
     reply = t("pin.done", group=group, bot=pin.get("bot", bot), details=details)
-    return _via(t, f"{reply}\n{t('release', how=_release(call, group))}", via)
+    return _change_reply(t, f"{reply}\n{t('release', how=_release(call, group))}", via, pin)
 
 
 async def _hold(call: Call) -> str:
@@ -626,7 +634,7 @@ async def _hold(call: Call) -> str:
     runtime.state.held.add(group)
     details = _details(t, pin.get("until"), pin.get("note"))
     reply = t("hold.done", group=group, details=details, cmd=call.cmd)
-    return _via(t, f"{reply}\n{t('release', how=_release(call, group))}", via)
+    return _change_reply(t, f"{reply}\n{t('release', how=_release(call, group))}", via, pin)
 
 
 async def _unpin(call: Call) -> str:
@@ -641,8 +649,8 @@ async def _unpin(call: Call) -> str:
     runtime.state.held.discard(group)
     bot = pin.get("bot")
     if bot is None:
-        return _via(t, t("unpin.done_hold", group=group), via)
-    return _via(t, t("unpin.done", group=group, bot=bot), via)
+        return _change_reply(t, t("unpin.done_hold", group=group), via, pin)
+    return _change_reply(t, t("unpin.done", group=group, bot=bot), via, pin)
 
 
 async def _drain(call: Call) -> str:
@@ -657,7 +665,8 @@ async def _drain(call: Call) -> str:
         return _refused(t, e, bot=bot, until=until)
     details = _details(t, drain.get("until"), drain.get("note"))
     reply = t("drain.done", bot=bot, details=details)
-    return _via(t, f"{reply}\n{t('release', how=f'{call.cmd} undrain {bot}')}", via)
+    release = t("release", how=f"{call.cmd} undrain {bot}")
+    return _change_reply(t, f"{reply}\n{release}", via, drain)
 
 
 async def _undrain(call: Call) -> str:
@@ -666,10 +675,10 @@ async def _undrain(call: Call) -> str:
     if not _is_number(bot):
         return t("bad_bot", bot=bot)
     try:
-        _, via = await _client().undrain(config.auto_assign_platform, bot)
+        drain, via = await _client().undrain(config.auto_assign_platform, bot)
     except (Unreachable, Rejected) as e:
         return _refused(t, e, bot=bot)
-    return _via(t, t("undrain.done", bot=bot), via)
+    return _change_reply(t, t("undrain.done", bot=bot), via, drain)
 
 
 def _rebalance_access(call: Call) -> Access:

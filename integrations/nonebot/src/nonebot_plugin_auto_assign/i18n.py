@@ -81,6 +81,10 @@ ZH: dict[str, str] = {
     "refused.follower": "这个服务实例不是主节点，转给主节点也没有成功（{error}）。请把 AUTO_ASSIGN_URL 指向主节点。",
     "refused.old_service": "这个 auto-assign 服务还没有固定、排空和预演的接口，请升级服务（{error}）。",
     "via_leader": "（AUTO_ASSIGN_URL 指向的是从节点，已由主节点 {api} 完成）",
+    "not_stored": (
+        "注意：这项更改已经生效，但服务的数据库 5 秒内没有保存它（见服务的 /healthz）。数据库恢复后"
+        "会自动写入；服务在那之前停止的话，这项更改会丢失，届时请重新操作。"
+    ),
     "release": "解除：{how}",
     "detail.until": "至 {when}",
     "detail.note": "备注：{note}",
@@ -279,6 +283,11 @@ EN: dict[str, str] = {
     "refused.old_service": "This auto-assign service has no pins, drains or dry runs yet: "
     "upgrade it ({error}).",
     "via_leader": "(AUTO_ASSIGN_URL points at a follower; the leader {api} made the change)",
+    "not_stored": (
+        "Note: this change is in force, but the service's database has not stored it within 5 s "
+        "(see the service's /healthz). It is written once the database answers; if the service "
+        "stops before that, the change is lost: make it again then."
+    ),
     "release": "To release: {how}",
     "detail.until": "until {when}",
     "detail.note": "note: {note}",
