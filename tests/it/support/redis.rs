@@ -15,9 +15,59 @@ pub struct Node {
     child: Option<Child>,
 }
 
+/// How many free ports a server is tried on before the test gives up.
+const PORT_TRIES: usize = 5;
+
 impl Node {
-    /// `redis-server args…`, once it listens on `port`.
+    /// `redis-server args(port)…` on a free port, once it answers there. A free port comes
+    /// from the kernel and is let go before the server binds it, so a test running beside
+    /// this one may take it first (its server would answer here, or this one exit): the
+    /// server is ours only when its own process id answers on the port, else it is started
+    /// again on another.
+    pub fn start(args: impl Fn(u16) -> Vec<String>) -> Node {
+        for _ in 0..PORT_TRIES {
+            let port = free_port();
+            if let Some(node) = Node::try_spawn(port, &args(port)) {
+                return node;
+            }
+        }
+        panic!("redis-server: {PORT_TRIES} free ports were taken by others before it listened");
+    }
+
+    /// `redis-server args…` once its process answers on `port`; `None` when the port turned
+    /// out to be another's.
+    fn try_spawn(port: u16, args: &[String]) -> Option<Node> {
+        let mut node = Node::launch(port, args);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let child = node.child.as_mut().expect("just spawned");
+            if child.try_wait().is_ok_and(|status| status.is_some()) {
+                node.child = None;
+                return None; // it could not bind the port
+            }
+            match answering_pid(port) {
+                Some(pid) if pid == child.id() => return Some(node),
+                Some(_) => return None, // another test's server (ours is killed on drop)
+                None => {}
+            }
+            assert!(Instant::now() < until, "redis-server :{port} not answering");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// `redis-server args…`, once something listens on `port` (a TLS server, which
+    /// [`Node::start`] cannot ask for its process id in plain text).
     pub fn spawn(port: u16, args: &[String]) -> Node {
+        let node = Node::launch(port, args);
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "redis-server :{port} not listening");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        node
+    }
+
+    fn launch(port: u16, args: &[String]) -> Node {
         installed("redis-server", "redis-server");
         let child = Command::new("redis-server")
             .args(args)
@@ -25,11 +75,6 @@ impl Node {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server (scripts/test.sh installs it)");
-        let until = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "redis-server :{port} not listening");
-            std::thread::sleep(Duration::from_millis(5));
-        }
         Node {
             port,
             child: Some(child),
@@ -62,6 +107,15 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The process id of the Redis answering on loopback `port`, if one answers.
+fn answering_pid(port: u16) -> Option<u32> {
+    std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    cli(port, &["INFO", "server"])
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 /// `redis-cli -c -p port args…`, its trimmed output.
@@ -107,26 +161,26 @@ impl RedisCluster {
         let dir = TempDir::new("redis-cluster");
         let mut nodes = Vec::new();
         for i in 0..6 {
-            let port = free_port();
-            let bus = free_port();
             let node_dir = dir.join(&format!("n{i}"));
             std::fs::create_dir_all(&node_dir).unwrap();
-            let mut args = base_args(&node_dir, port);
-            args.extend(
-                [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-port",
-                    &bus.to_string(),
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    // A dead master is replaced by its replica within about two seconds.
-                    "--cluster-node-timeout",
-                    "1000",
-                ]
-                .map(str::to_owned),
-            );
-            nodes.push(Node::spawn(port, &args));
+            nodes.push(Node::start(|port| {
+                let mut args = base_args(&node_dir, port);
+                args.extend(
+                    [
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-port",
+                        &free_port().to_string(),
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        // A dead master is replaced by its replica within about two seconds.
+                        "--cluster-node-timeout",
+                        "1000",
+                    ]
+                    .map(str::to_owned),
+                );
+                args
+            }));
         }
         let addresses: Vec<String> = nodes
             .iter()
@@ -219,31 +273,30 @@ pub const MASTER_NAME: &str = "mymaster";
 impl RedisSentinel {
     pub fn start() -> RedisSentinel {
         let dir = TempDir::new("redis-sentinel");
-        let master_port = free_port();
-        let master = Node::spawn(master_port, &base_args(dir.path(), master_port));
-        let replica_port = free_port();
-        let mut args = base_args(dir.path(), replica_port);
-        args.extend(["--replicaof", "127.0.0.1", &master_port.to_string()].map(str::to_owned));
-        let replica = Node::spawn(replica_port, &args);
+        let master = Node::start(|port| base_args(dir.path(), port));
+        let master_port = master.port;
+        let replica = Node::start(|port| {
+            let mut args = base_args(dir.path(), port);
+            args.extend(["--replicaof", "127.0.0.1", &master_port.to_string()].map(str::to_owned));
+            args
+        });
         let mut sentinels = Vec::new();
         for i in 0..3 {
-            let port = free_port();
-            // A sentinel rewrites its config file: each has its own.
-            let config = dir.write(
-                &format!("sentinel{i}.conf"),
-                &format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\n\
-                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                     sentinel failover-timeout {MASTER_NAME} 5000\n\
-                     sentinel parallel-syncs {MASTER_NAME} 1\n",
-                    dir.path().display()
-                ),
-            );
-            sentinels.push(Node::spawn(
-                port,
-                &[config.display().to_string(), "--sentinel".to_owned()],
-            ));
+            sentinels.push(Node::start(|port| {
+                // A sentinel rewrites its config file: each has its own.
+                let config = dir.write(
+                    &format!("sentinel{i}.conf"),
+                    &format!(
+                        "port {port}\nbind 127.0.0.1\ndir {}\n\
+                         sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                         sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                         sentinel failover-timeout {MASTER_NAME} 5000\n\
+                         sentinel parallel-syncs {MASTER_NAME} 1\n",
+                        dir.path().display()
+                    ),
+                );
+                vec![config.display().to_string(), "--sentinel".to_owned()]
+            }));
         }
         let topology = RedisSentinel {
             master,
@@ -302,10 +355,17 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
+    /// On a free loopback port that turned out to be its own (see [`Node::start`]).
     pub fn start() -> RedisServer {
-        let mut server = RedisServer::on_port(free_port());
-        server.restart();
-        server
+        for _ in 0..PORT_TRIES {
+            let mut server = RedisServer::on_port(free_port());
+            server.restart();
+            let pid = server.child.as_ref().map(Child::id);
+            if pid.is_some() && answering_pid(server.port) == pid {
+                return server;
+            }
+        }
+        panic!("redis-server: {PORT_TRIES} free ports were taken by others before it listened");
     }
 
     /// On a partition test's host, listening on its address.

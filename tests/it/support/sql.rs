@@ -7,6 +7,13 @@ use std::time::{Duration, Instant};
 
 use super::{TempDir, block_on, ca, free_port, installed, is_root};
 
+/// How many free ports a server is tried on before the test gives up: a free port is let go
+/// before the server binds it, and a test running beside may take it first.
+const PORT_TRIES: usize = 5;
+
+/// The port given to a server turned out to be another's.
+struct PortTaken;
+
 /// A throwaway PostgreSQL 15 server on a free loopback port (run as the `postgres` user when
 /// the tests run as root, since PostgreSQL refuses to run as root).
 pub struct Postgres {
@@ -130,28 +137,21 @@ impl Postgres {
                 .unwrap();
             writeln!(hba, "host all all {subnet}.0/24 trust").unwrap();
         }
-        let port = free_port();
         let address = host.map_or("127.0.0.1".to_owned(), |h| h.ip.clone());
         let netns = host.map(|h| h.ns.clone());
-        let options = format!(
-            "-p {port} -c listen_addresses={address} -k {} -c fsync=off",
-            dir.path().display()
-        );
-        let pg = Postgres {
+        let mut pg = Postgres {
             dir,
-            port,
+            port: free_port(),
             address,
             netns,
         };
-        pg.pg_ctl(&[
-            "-o",
-            &options,
-            "-l",
-            pg.dir.join("log").to_str().unwrap(),
-            "-w",
-            "start",
-        ]);
-        pg
+        for _ in 0..PORT_TRIES {
+            if pg.launch().is_ok() {
+                return pg;
+            }
+            pg.port = free_port();
+        }
+        panic!("postgres: {PORT_TRIES} free ports were taken by others before it listened");
     }
 
     pub fn url(&self) -> String {
@@ -167,24 +167,38 @@ impl Postgres {
     }
 
     pub fn restart(&self) {
+        if self.launch().is_err() {
+            panic!("postgres: port {} is another server's", self.port);
+        }
+    }
+
+    /// `pg_ctl start` on this port; `Err` when the port turned out to be another's (a test
+    /// beside this one took the free port first: the server could not bind it).
+    fn launch(&self) -> Result<(), PortTaken> {
         let options = format!(
             "-p {} -c listen_addresses={} -k {} -c fsync=off",
             self.port,
             self.address,
             self.dir.path().display()
         );
-        self.pg_ctl(&[
-            "-o",
-            &options,
-            "-l",
-            self.dir.join("log").to_str().unwrap(),
-            "-w",
-            "start",
-        ]);
+        let log = self.dir.join("log");
+        let out = self.pg_ctl(&["-o", &options, "-l", log.to_str().unwrap(), "-w", "start"]);
+        if out.status.success() {
+            return Ok(());
+        }
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        if log.contains("could not bind") {
+            return Err(PortTaken);
+        }
+        panic!(
+            "pg_ctl start: {}{}\n{log}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
-    /// `pg_ctl -D data args…` as the server's user, in its namespace; a start must succeed.
-    fn pg_ctl(&self, args: &[&str]) {
+    /// `pg_ctl -D data args…` as the server's user, in its namespace.
+    fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
         let data = self.dir.join("data");
         let bin = find_pg_bin("pg_ctl");
         let mut cmd = match &self.netns {
@@ -198,16 +212,12 @@ impl Postgres {
         if is_root() {
             cmd.args(["runuser", "-u", "postgres", "--"]);
         }
-        let out = cmd.arg(bin).arg("-D").arg(&data).args(args).output();
-        if args.last() == Some(&"start") {
-            let out = out.expect("run pg_ctl");
-            assert!(
-                out.status.success(),
-                "pg_ctl start: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        cmd.arg(bin)
+            .arg("-D")
+            .arg(&data)
+            .args(args)
+            .output()
+            .expect("run pg_ctl")
     }
 }
 
@@ -300,8 +310,14 @@ impl MariaDb {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        server.restart();
-        server
+        for _ in 0..PORT_TRIES {
+            if server.launch().is_ok() {
+                return server;
+            }
+            server.stop();
+            server.port = free_port();
+        }
+        panic!("mariadbd: {PORT_TRIES} free ports were taken by others before it listened");
     }
 
     /// `mysql://root@127.0.0.1:port/{database}`.
@@ -324,6 +340,14 @@ impl MariaDb {
 
     /// Starts (again) on the same port and data directory.
     pub fn restart(&mut self) {
+        if self.launch().is_err() {
+            panic!("mariadbd: port {} is another server's", self.port);
+        }
+    }
+
+    /// Starts on this port, once it answers; `Err` when the port turned out to be another's
+    /// (a test beside this one took the free port first).
+    fn launch(&mut self) -> Result<(), PortTaken> {
         self.stop();
         let mut cmd = Command::new(find_mariadbd());
         // --no-defaults first: nothing from /etc/mysql (its socket, user, datadir).
@@ -377,20 +401,30 @@ impl MariaDb {
         let server = format!("mysql://root@127.0.0.1:{}", self.port);
         let until = Instant::now() + Duration::from_secs(30);
         loop {
-            let ready = block_on(async {
-                match sqlx::MySqlPool::connect(&server).await {
-                    Ok(pool) => sqlx::query("SELECT 1").execute(&pool).await.is_ok(),
-                    Err(_) => false,
-                }
+            // The server answering is ours when it serves our data directory: a free port
+            // may have been taken by a test beside this one before mariadbd bound it.
+            let datadir = block_on(async {
+                let pool = sqlx::MySqlPool::connect(&server).await.ok()?;
+                sqlx::query_scalar::<_, String>("SELECT @@datadir")
+                    .fetch_one(&pool)
+                    .await
+                    .ok()
             });
-            if ready {
-                return;
+            if let Some(datadir) = datadir {
+                let ours = self.dir.join("data").canonicalize().unwrap();
+                return match Path::new(&datadir).canonicalize() {
+                    Ok(theirs) if theirs == ours => Ok(()),
+                    _ => Err(PortTaken),
+                };
             }
             let log = std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
             let exited = self
                 .child
                 .as_mut()
                 .is_some_and(|c| c.try_wait().unwrap().is_some());
+            if exited && log.contains("Address already in use") {
+                return Err(PortTaken);
+            }
             assert!(
                 !exited && Instant::now() < until,
                 "mariadbd did not start; its log:\n{log}"
