@@ -92,10 +92,6 @@ impl Overrides {
         self.pins.get(&(platform.to_owned(), channel.to_owned()))
     }
 
-    pub fn drain_of(&self, platform: &str, bot: &str) -> Option<&Drain> {
-        self.drains.get(&(platform.to_owned(), bot.to_owned()))
-    }
-
     /// Sets a pin; returns the one it replaced.
     pub fn pin(&mut self, pin: Pin) -> Option<Pin> {
         self.pins

@@ -26,6 +26,7 @@ use crate::operator::Overrides;
 use crate::pallas::claim::Claims;
 use crate::pallas::federate::{Federate, settings};
 use crate::pallas::gate::Gates;
+use crate::pallas::given::Given;
 use crate::pallas::ingress::Ingress;
 use crate::pallas::presence_registry;
 use crate::presence::Presence;
@@ -477,6 +478,7 @@ fn api_state(
             ),
             federate: federate.clone(),
             traffic: c.traffic.clone(),
+            given: Given::default(),
         },
         federate,
         gates: Gates::new(c.redis.clone(), c.clock),

@@ -12,6 +12,10 @@
 //! 7. otherwise (unassigned, excluded, assignee offline) the first claimer of the message
 //!    signature `(group, user, plaintext, time)` wins, Pallas-compatible.
 //!
+//! In 5 and 7 the first ask of a message fixes its bot for the later asks, while that bot
+//! stays online (see [`super::given`]): asks that straddle a change of the assignee get one
+//! answer between them, not two or none.
+//!
 //! In a federate pool, messages from other deployments' bots (or @-mentioning only them) are
 //! left to them; a text that a peer declares as a command is command traffic whatever lane the
 //! caller saw, and is left to the declaring peers when this deployment does not declare it
@@ -28,6 +32,7 @@ use std::sync::Arc;
 use super::claim::{Claims, Via, valid_plugin};
 use super::federate::Federate;
 use super::federate::ingress_claim::{CANDIDATE_PLUGIN, Outcome, PLUGIN as FEDERATE_PLUGIN};
+use super::given::{Given, Message};
 use super::signature::{Body, Signature, Time};
 use crate::traffic::Counter;
 use crate::view::{Route, View};
@@ -131,6 +136,12 @@ pub enum Reason {
     AssignedToAnotherBot,
     /// An operator holds the group with no assignee: nobody handles it.
     Held,
+    /// An earlier ask of this message gave it to this bot, which the assignment of this moment
+    /// would not (it changed in between).
+    GivenToThisBot,
+    /// An earlier ask of this message gave it to another bot, still online, though the
+    /// assignment of this moment, or a claim, would give it to this one.
+    GivenToAnotherBot,
     /// No online assignee: the first claimer of the message handles it.
     Claim {
         because: NoAssignee,
@@ -154,7 +165,7 @@ pub enum NoAssignee {
 
 impl Reason {
     /// Every [`Reason::kind`], at its [`Reason::kind_index`].
-    pub const KINDS: [&'static str; 15] = [
+    pub const KINDS: [&'static str; 17] = [
         "fleet_bot",
         "peer_bot",
         "private",
@@ -170,6 +181,8 @@ impl Reason {
         "claim",
         "pool_claim",
         "held",
+        "given_here",
+        "given_elsewhere",
     ];
 
     /// A short, stable label (the metrics' `reason`): `assignee`, `claim`, `pool_claim`, ...
@@ -195,6 +208,8 @@ impl Reason {
             Reason::Claim { .. } => 12,
             Reason::Pool { .. } => 13,
             Reason::Held => 14,
+            Reason::GivenToThisBot => 15,
+            Reason::GivenToAnotherBot => 16,
         }
     }
 
@@ -212,6 +227,8 @@ impl Reason {
             Reason::Assignee => "assignee",
             Reason::AssignedToAnotherBot => "assigned to another bot",
             Reason::Held => "held with no assignee by an operator",
+            Reason::GivenToThisBot => "given to this bot at an earlier ask of this message",
+            Reason::GivenToAnotherBot => "given to another bot at an earlier ask of this message",
             Reason::GroupAdminOwner { .. }
             | Reason::OwnedByDeployment(_)
             | Reason::Claim { .. }
@@ -264,6 +281,8 @@ pub struct Ingress {
     pub federate: Option<Arc<Federate>>,
     /// Messages counted for the channel weights.
     pub traffic: Counter,
+    /// Which bot each recent message went to.
+    pub given: Given,
 }
 
 impl Ingress {
@@ -275,7 +294,7 @@ impl Ingress {
         if let Some(group) = r.group_id
             && matches!(
                 decision.reason,
-                Reason::Assignee | Reason::Claim { won: true, .. }
+                Reason::Assignee | Reason::Claim { won: true, .. } | Reason::GivenToThisBot
             )
         {
             self.traffic
@@ -377,13 +396,34 @@ impl Ingress {
     }
 
     /// Which bot of this deployment handles the message: the online assignee, else the
-    /// first claimer. The assignee case, most messages, is one lookup in the view and
-    /// allocates nothing.
+    /// first claimer; either way the bot an earlier ask of the message was given, while it
+    /// stays online. The assignee case, most messages, is one lookup in the view and one in
+    /// [`Given`], and allocates nothing.
     async fn local_decision(&self, r: &Request<'_>, plugin: &str, group: i64) -> Decision {
+        let p = &*r.platform;
         let mut id = itoa::Buffer::new();
-        let (because, assignee) = match self.view.route(&r.platform, id.format(group)) {
+        let route = self.view.route(p, id.format(group));
+        let message = Message::new(group, r.user_id, &r.text, r.time);
+        let online = |bot: i64| self.view.is_online(p, itoa::Buffer::new().format(bot));
+        let given_before = |bot: i64| {
+            let me = bot == r.self_id;
+            let why = if me {
+                Reason::GivenToThisBot
+            } else {
+                Reason::GivenToAnotherBot
+            };
+            decision(me, why, Some(Arc::from(itoa::Buffer::new().format(bot))))
+        };
+        let (because, assignee) = match route {
             Route::Online(bot) => {
                 let me = *bot == *id.format(r.self_id);
+                // A name that is no number is no asker's `self_id`: nothing to remember.
+                if let Ok(number) = bot.parse() {
+                    let given = self.given.give(message, number, online);
+                    if given != number {
+                        return given_before(given);
+                    }
+                }
                 let why = if me {
                     Reason::Assignee
                 } else {
@@ -397,8 +437,19 @@ impl Ingress {
             Route::Unassigned => (NoAssignee::Unassigned, None),
             Route::Offline(bot) => (NoAssignee::AssigneeOffline, Some(bot)),
         };
+        if let Some(bot) = self.given.bot(message, online) {
+            return given_before(bot);
+        }
         let key = signature_key(r, group);
         let (won, via) = self.claims.claim(plugin, group, key, r.self_id).await;
+        // An ask decided by the assignment since this one looked may have given the message
+        // to another bot: that bot keeps it.
+        if won {
+            let given = self.given.give(message, r.self_id, online);
+            if given != r.self_id {
+                return given_before(given);
+            }
+        }
         decision(won, Reason::Claim { because, won, via }, assignee)
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! * [`signature`], [`pystr`]: the message key and Python's string rules it depends on;
 //! * [`claim`], [`gate`]: first-claimer-wins and owned gates, in Redis or in process;
-//! * [`ingress`]: should this bot handle this message?
+//! * [`ingress`], [`given`]: should this bot handle this message, and which bot has it already;
 //! * [`federate`]: the pool across deployments;
 //! * [`eval`]: the golden vectors' functions, for `auto-assign coord eval`.
 
@@ -12,6 +12,7 @@ pub(crate) mod claim;
 pub mod eval;
 pub mod federate;
 pub(crate) mod gate;
+pub(crate) mod given;
 pub(crate) mod ingress;
 pub(crate) mod presence_registry;
 pub(crate) mod pystr;

@@ -458,6 +458,63 @@ fn a_dry_run_shows_the_moves_and_the_loads_and_changes_nothing() {
     service.stop().unwrap();
 }
 
+/// The asks of one message that straddle a move of its group (here a pin, which moves it at a
+/// moment the test knows) get one answer between them: the first ask fixes the bot, while
+/// that bot stays online. Without that, 1002 asking before the move and 1003 after would both
+/// be told to handle (or, the other way round, neither).
+#[test]
+fn the_asks_of_one_message_across_a_move_are_granted_once() {
+    let dir = TempDir::new("operator-across-a-move");
+    let url = format!("sqlite://{}", dir.join("aa.db").display());
+    let service = start(&dir, &url, "channelBotPriority: {\"100005\": [\"1002\"]}");
+    let ask = |bot: &str, text: &str| {
+        let message = json!({"platform": "onebot", "self_id": bot, "group_id": "100005",
+            "user_id": "42", "text": text, "time": 1786000000, "lane": "chat"});
+        let (status, decision) = post(&api(&service, "/v1/ingress"), Some(TOKEN), &message);
+        assert_eq!(status, 200, "{decision}");
+        let kind = decision["kind"].as_str().unwrap().to_owned();
+        (decision["handle"].as_bool().unwrap(), kind)
+    };
+    let move_to = |bot: &str| {
+        let (status, shown) = pin(&service, "100005", json!({ "bot": bot }));
+        assert_eq!(status, 200, "{shown}");
+        eventually(&format!("100005 on {bot}"), AT_ONCE, || {
+            assignments(&service)["100005"] == bot
+        });
+    };
+    assert_eq!(assignments(&service)["100005"], "1002");
+
+    // Granted before the move: the new assignee is refused after it.
+    assert_eq!(ask("1002", "first"), (true, "assignee".into()));
+    move_to("1003");
+    assert_eq!(ask("1003", "first"), (false, "given_elsewhere".into()));
+    assert_eq!(ask("1001", "first"), (false, "given_elsewhere".into()));
+    assert_eq!(ask("1003", "second"), (true, "assignee".into()));
+
+    // Refused before the move (to its assignee then): that bot is granted after it.
+    assert_eq!(ask("1002", "third"), (false, "assigned_elsewhere".into()));
+    move_to("1002");
+    assert_eq!(ask("1003", "third"), (true, "given_here".into()));
+    assert_eq!(ask("1002", "third"), (false, "given_elsewhere".into()));
+
+    // The bot a message went to went offline: the message goes to the bot of the moment.
+    assert_eq!(ask("1001", "fourth"), (false, "assigned_elsewhere".into()));
+    dir.write("fleet.yaml", &fleet_with_offline(1002));
+    eventually("100005 off 1002 at once", AT_ONCE, || {
+        assignments(&service)["100005"] != "1002"
+    });
+    let now = assignments(&service)["100005"].clone();
+    assert_eq!(ask(&now, "fourth"), (true, "assignee".into()));
+    let metrics = get_text(&api(&service, "/metrics"), Some(TOKEN)).1;
+    for kind in ["given_here", "given_elsewhere"] {
+        assert!(
+            metrics.contains(&format!("reason=\"{kind}\"")),
+            "{kind} not in the metrics"
+        );
+    }
+    service.stop().unwrap();
+}
+
 /// Pins, holds and drains are stored in the database (with the audit), loaded again at
 /// start: on SQLite, PostgreSQL and MariaDB.
 fn survive_a_restart(db: Db, url: &str, dir: &TempDir) {
