@@ -12,7 +12,7 @@
 //! Memory is two generations in each of 16 shards, the older dropped when the newer holds
 //! [`SHARD_CAP`] messages: a message is remembered across about the next 229,376 messages
 //! (seconds at the benchmark's 100,000 asks a second, minutes in a real fleet), and the whole
-//! never holds more than twice that (9 MB). No clock: an old entry costs nothing but its room,
+//! never holds more than twice that (13 MB). No clock: an old entry costs nothing but its room,
 //! since no later ask names its message.
 //!
 //! This runs on every ask in an assigned group, where the decision otherwise allocates
@@ -56,6 +56,21 @@ impl Message {
     }
 }
 
+/// The bot a message went to, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub bot: i64,
+    pub by: By,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    /// It was the group's assignee at that ask.
+    Assignment,
+    /// It won the message's claim: later asks that claim meet the same claim.
+    Claim,
+}
+
 /// A `u64` key is hashed already: the map uses it as is.
 #[derive(Default)]
 struct Identity(u64);
@@ -72,8 +87,8 @@ impl Hasher for Identity {
     }
 }
 
-/// Message → the bot's id.
-type Map = HashMap<u64, i64, BuildHasherDefault<Identity>>;
+/// Message → its holder.
+type Map = HashMap<u64, Holder, BuildHasherDefault<Identity>>;
 
 #[derive(Default)]
 struct Generations {
@@ -82,7 +97,7 @@ struct Generations {
 }
 
 impl Generations {
-    fn get(&self, key: u64) -> Option<i64> {
+    fn get(&self, key: u64) -> Option<Holder> {
         self.current
             .get(&key)
             .or_else(|| self.old.get(&key))
@@ -91,8 +106,8 @@ impl Generations {
 
     /// Inserts; when the current generation is full it becomes the old one, and the dropped
     /// one is returned, to be freed outside the lock.
-    fn insert(&mut self, key: u64, bot: i64) -> Option<Map> {
-        self.current.insert(key, bot);
+    fn insert(&mut self, key: u64, holder: Holder) -> Option<Map> {
+        self.current.insert(key, holder);
         if self.current.len() < SHARD_CAP {
             return None;
         }
@@ -121,25 +136,25 @@ impl Given {
         &self.shards[(m.0 >> 60) as usize % SHARDS]
     }
 
-    /// The bot `m` went to, if it is remembered and `keep` still accepts that bot.
-    pub fn bot(&self, m: Message, keep: impl Fn(i64) -> bool) -> Option<i64> {
-        self.shard(m).lock().get(m.0).filter(|bot| keep(*bot))
+    /// Who holds `m`, if it is remembered and `keep` still accepts its bot.
+    pub fn holder(&self, m: Message, keep: impl Fn(i64) -> bool) -> Option<Holder> {
+        self.shard(m).lock().get(m.0).filter(|h| keep(h.bot))
     }
 
-    /// Gives `m` to `bot` unless it went to a bot that `keep` still accepts; returns the bot
-    /// it goes to. Atomic: of two concurrent first asks, one gives and the other follows.
-    pub fn give(&self, m: Message, bot: i64, keep: impl Fn(i64) -> bool) -> i64 {
+    /// Gives `m` to `to` unless a bot that `keep` still accepts holds it; returns its holder.
+    /// Atomic: of two concurrent first asks, one gives and the other follows.
+    pub fn give(&self, m: Message, to: Holder, keep: impl Fn(i64) -> bool) -> Holder {
         let mut shard = self.shard(m).lock();
         if let Some(earlier) = shard.get(m.0) {
-            if keep(earlier) {
+            if keep(earlier.bot) {
                 return earlier;
             }
             shard.old.remove(&m.0);
         }
-        let dropped = shard.insert(m.0, bot);
+        let dropped = shard.insert(m.0, to);
         drop(shard);
         drop(dropped);
-        bot
+        to
     }
 }
 
@@ -162,20 +177,31 @@ mod tests {
         }
     }
 
+    fn to(bot: i64) -> Holder {
+        Holder {
+            bot,
+            by: By::Assignment,
+        }
+    }
+
     #[test]
     fn the_first_ask_fixes_the_bot_while_it_stays_online() {
         let given = Given::default();
         let m = Message::new(1, 2, "x", 3.0);
         let online = |_: i64| true;
-        assert_eq!(given.bot(m, online), None);
-        assert_eq!(given.give(m, 1001, online), 1001);
-        assert_eq!(given.give(m, 1002, online), 1001);
-        assert_eq!(given.bot(m, online), Some(1001));
+        assert_eq!(given.holder(m, online), None);
+        let claimed = Holder {
+            bot: 1001,
+            by: By::Claim,
+        };
+        assert_eq!(given.give(m, claimed, online), claimed);
+        assert_eq!(given.give(m, to(1002), online), claimed);
+        assert_eq!(given.holder(m, online), Some(claimed));
         // 1001 went offline: the message goes to the bot of the moment.
         let offline = |b: i64| b != 1001;
-        assert_eq!(given.bot(m, offline), None);
-        assert_eq!(given.give(m, 1002, offline), 1002);
-        assert_eq!(given.give(m, 1003, online), 1002);
+        assert_eq!(given.holder(m, offline), None);
+        assert_eq!(given.give(m, to(1002), offline), to(1002));
+        assert_eq!(given.give(m, to(1003), online), to(1002));
     }
 
     #[test]
@@ -184,17 +210,17 @@ mod tests {
         let online = |_: i64| true;
         // Keys below 2⁶⁰ all fall in shard 0.
         let first = Message(0);
-        given.give(first, 1001, online);
+        given.give(first, to(1001), online);
         for i in 1..SHARD_CAP as u64 {
-            given.give(Message(i), 1002, online);
+            given.give(Message(i), to(1002), online);
         }
         // The first generation is full and is the old one now: still remembered.
-        assert_eq!(given.bot(first, online), Some(1001));
-        assert_eq!(given.give(first, 1003, online), 1001);
+        assert_eq!(given.holder(first, online), Some(to(1001)));
+        assert_eq!(given.give(first, to(1003), online), to(1001));
         for i in 0..SHARD_CAP as u64 {
-            given.give(Message(SHARD_CAP as u64 + i), 1002, online);
+            given.give(Message(SHARD_CAP as u64 + i), to(1002), online);
         }
-        assert_eq!(given.bot(first, online), None);
+        assert_eq!(given.holder(first, online), None);
         let shard = given.shards[0].lock();
         assert!(shard.current.len() + shard.old.len() <= 2 * SHARD_CAP);
         // Other shards took nothing.

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use super::claim::{Claims, Via, valid_plugin};
 use super::federate::Federate;
 use super::federate::ingress_claim::{CANDIDATE_PLUGIN, Outcome, PLUGIN as FEDERATE_PLUGIN};
-use super::given::{Given, Message};
+use super::given::{By, Given, Holder, Message};
 use super::signature::{Body, Signature, Time};
 use crate::traffic::Counter;
 use crate::view::{Route, View};
@@ -419,9 +419,13 @@ impl Ingress {
                 let me = *bot == *id.format(r.self_id);
                 // A name that is no number is no asker's `self_id`: nothing to remember.
                 if let Ok(number) = bot.parse() {
-                    let given = self.given.give(message, number, online);
-                    if given != number {
-                        return given_before(given);
+                    let to = Holder {
+                        bot: number,
+                        by: By::Assignment,
+                    };
+                    let holder = self.given.give(message, to, online);
+                    if holder.bot != number {
+                        return given_before(holder.bot);
                     }
                 }
                 let why = if me {
@@ -437,17 +441,25 @@ impl Ingress {
             Route::Unassigned => (NoAssignee::Unassigned, None),
             Route::Offline(bot) => (NoAssignee::AssigneeOffline, Some(bot)),
         };
-        if let Some(bot) = self.given.bot(message, online) {
-            return given_before(bot);
+        // Given by the assignment at an earlier ask: follow it. Given by a claim: this ask
+        // meets the same claim.
+        if let Some(holder) = self.given.holder(message, online)
+            && holder.by == By::Assignment
+        {
+            return given_before(holder.bot);
         }
         let key = signature_key(r, group);
         let (won, via) = self.claims.claim(plugin, group, key, r.self_id).await;
         // An ask decided by the assignment since this one looked may have given the message
         // to another bot: that bot keeps it.
         if won {
-            let given = self.given.give(message, r.self_id, online);
-            if given != r.self_id {
-                return given_before(given);
+            let to = Holder {
+                bot: r.self_id,
+                by: By::Claim,
+            };
+            let holder = self.given.give(message, to, online);
+            if holder.bot != r.self_id {
+                return given_before(holder.bot);
             }
         }
         decision(won, Reason::Claim { because, won, via }, assignee)

@@ -126,8 +126,10 @@ fn onebot_messages_at_zipf_rates_are_counted_once_and_balanced() {
     let got = sum_sq(&assignment, &measured);
     let channels: Vec<(String, f64)> = measured.clone().into_iter().collect();
     let best = optimum(&channels, 3);
+    // Sums of real rates tie within 10⁻⁹ of each other, as the planner counts them (its
+    // `TIE`): a plan that close to the optimum is proven optimal, gap 0.
     assert!(
-        got <= best * (1.0 + gap) + 1e-6,
+        got <= best * (1.0 + gap + 1e-9),
         "Σ {got}, optimum {best}, gap {gap}"
     );
     assert!(gap <= 0.01, "gap {gap}");
