@@ -31,8 +31,9 @@ use crate::pallas::ingress::Ingress;
 use crate::pallas::presence_registry;
 use crate::presence::Presence;
 use crate::publication::Keys;
-use crate::publication::follower::Follower;
-use crate::publication::publisher::Publisher;
+use crate::publication::follower::{Entry, Follower};
+use crate::publication::moving::{self, Moves};
+use crate::publication::publisher::{Moving, Publisher};
 use crate::redis_conn::Redis;
 use crate::source::file::{self, Fleet};
 use crate::source::http::Reporters;
@@ -170,7 +171,16 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let common = Common::connect(config, clock, shutdown.clone())?;
-    let publisher = start_publication(&common, &mut tasks);
+    let moving = Moving {
+        moves: Moves::default(),
+        instance: common
+            .config
+            .leadership
+            .as_ref()
+            .map(|l| l.instance())
+            .unwrap_or_default(),
+    };
+    let publisher = start_publication(&common, moving.clone(), &mut tasks);
     let followed = start_following(&common);
     let federate = start_federate(&common, &mut tasks)?;
     let inputs = Inputs::new();
@@ -192,6 +202,7 @@ pub async fn start(config: Config, clock: Clock) -> Result<Running, ServeError> 
         clock,
         metrics: metrics.clone(),
         followed: followed.clone(),
+        moves: Some(moving.moves),
     };
     let mut engine = Engine::new(
         common.config.clone(),
@@ -575,7 +586,7 @@ async fn run_engine(
 }
 
 /// The Redis publication and the presence registry, when Redis is configured.
-fn start_publication(s: &Common, tasks: &mut JoinSet<()>) -> Option<Publisher> {
+fn start_publication(s: &Common, moving: Moving, tasks: &mut JoinSet<()>) -> Option<Publisher> {
     let (redis, settings) = (s.redis.as_ref()?, s.config.redis.as_ref()?);
     tasks.spawn(presence_registry::run(
         redis.clone(),
@@ -593,18 +604,29 @@ fn start_publication(s: &Common, tasks: &mut JoinSet<()>) -> Option<Publisher> {
         s.view.clone(),
         keys,
         leader::duty_at_start(s.config.leadership.as_ref()),
+        moving,
         s.shutdown.clone(),
     ))
 }
 
-/// Under leadership, the leader's publication, which followers serve.
+/// Under leadership, the leader's publication, which followers serve (acknowledging the
+/// leader's announcements of voluntary moves for [`moving::FOLLOWER_TTLS`] lease TTLs).
 fn start_following(s: &Common) -> Option<Follower> {
-    s.config.leadership.as_ref()?;
+    let leadership = s.config.leadership.as_ref()?;
     let (redis, settings) = (s.redis.as_ref()?, s.config.redis.as_ref()?);
     let keys = Keys {
         prefix: settings.key_prefix(),
     };
-    Some(Follower::start(redis.clone(), keys, s.shutdown.clone()))
+    let entry = Entry {
+        instance: leadership.instance(),
+        ttl: *leadership.lease_ttl * moving::FOLLOWER_TTLS,
+    };
+    Some(Follower::start(
+        redis.clone(),
+        keys,
+        Some(entry),
+        s.shutdown.clone(),
+    ))
 }
 
 /// Joins the federate pool, when one is configured and resolves.

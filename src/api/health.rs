@@ -81,10 +81,13 @@ pub(super) async fn healthz(State(api): State<ApiRef>) -> Json<Value> {
         .collect();
     let publication = api.status.publication.as_ref().map(|p| {
         let (version, lag) = p.read();
+        let (moving, waiting_for) = p.moving();
         json!({
             "version": version,
             "lag_sec": lag.as_secs_f64(),
             "repaired": p.repaired(),
+            "moving": moving,
+            "moving_waits_for": waiting_for,
         })
     });
     Json(json!({

@@ -35,6 +35,11 @@ impl Engine {
         let term = fence.term;
         let count = stored.len();
         load_assignment(&mut self.index, &self.outputs.view, stored);
+        // A leader answers every channel itself, and acknowledges no announcement.
+        self.outputs.view.set_moving([]);
+        if let Some(followed) = &self.outputs.followed {
+            followed.serve(None);
+        }
         // The incremental planner's state belongs to the assignment it last planned.
         self.planner = Planner::new(self.config.strategy, self.rules.clone());
         self.set_duty(Duty::Leader(fence));
@@ -47,6 +52,10 @@ impl Engine {
             return;
         }
         self.set_duty(Duty::Follower);
+        // Moves this instance announced as a leader are the new leader's to make, or not.
+        if let Some(moves) = &self.outputs.moves {
+            moves.clear();
+        }
         info!("following");
         self.mirror_publication();
     }
@@ -69,7 +78,7 @@ impl Engine {
         let Some(followed) = &self.outputs.followed else {
             return;
         };
-        let published = followed.read(|_, published| {
+        let (published, moving) = followed.read(|published, moving| {
             let rows = published.iter().flat_map(|(platform, channels)| {
                 channels.iter().map(|(channel, bot)| AssignmentRow {
                     platform: platform.clone(),
@@ -77,9 +86,16 @@ impl Engine {
                     bot: bot.clone(),
                 })
             });
-            rows.collect()
+            (rows.collect(), moving.clone())
         });
-        load_assignment(&mut self.index, &self.outputs.view, published);
+        let view = &self.outputs.view;
+        load_assignment(&mut self.index, view, published);
+        // After the assignment: a channel no longer moving is answered from the version that
+        // made its move, never from the one before.
+        view.set_moving(moving.channels.iter().flat_map(|(platform, channels)| {
+            channels.iter().map(|c| (platform.as_str(), c.as_str()))
+        }));
+        followed.serve(Some(moving.token));
     }
 }
 

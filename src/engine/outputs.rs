@@ -9,8 +9,10 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::presence::Presence;
 use crate::publication::follower::Follower;
+use crate::publication::moving::Moves;
 use crate::publication::publisher::{Changes, Publisher};
-use crate::view::View;
+use crate::store::fence::Duty;
+use crate::view::{Route, View};
 
 pub struct Outputs {
     /// The assignment and fleet as the API sees it.
@@ -27,14 +29,25 @@ pub struct Outputs {
     pub metrics: Arc<Metrics>,
     /// The leader's publication, read by followers (under leadership).
     pub followed: Option<Follower>,
+    /// Under leadership, the voluntary moves a leader has planned and not made yet: the
+    /// publisher makes them once every follower has seen them announced
+    /// ([`crate::publication::moving`]).
+    pub moves: Option<Moves>,
 }
 
 impl Outputs {
-    /// Changes to show, platform by platform, then publish at once.
-    pub(super) fn changes(&self) -> Shown<'_> {
+    /// Changes to show, platform by platform, then publish at once; a leader's voluntary
+    /// moves wait for its followers.
+    pub(super) fn changes(&self, duty: &Duty) -> Shown<'_> {
+        let moves = match duty {
+            Duty::Leader(_) if self.publisher.is_some() => self.moves.as_ref(),
+            Duty::Leader(_) | Duty::Alone | Duty::Follower => None,
+        };
         Shown {
             outputs: self,
+            moves,
             published: Vec::new(),
+            moving_changed: false,
         }
     }
 }
@@ -43,7 +56,12 @@ impl Outputs {
 /// [`Shown::publish`] (one Redis version for a pass or a plan).
 pub(super) struct Shown<'a> {
     outputs: &'a Outputs,
+    /// Where voluntary moves wait, when they do.
+    moves: Option<&'a Moves>,
     published: Changes,
+    /// Whether a voluntary move was held, or a held one given up for a newer change: the
+    /// followers are to hear what moves now.
+    moving_changed: bool,
 }
 
 impl Shown<'_> {
@@ -53,7 +71,44 @@ impl Shown<'_> {
         platform: &str,
         rows: impl Iterator<Item = (&'r str, Option<&'r str>)> + Clone,
     ) {
-        self.outputs.view.apply(platform, rows.clone());
+        let view = &self.outputs.view;
+        let Some(moves) = self.moves else {
+            view.apply(platform, rows.clone());
+            self.publish_rows(platform, rows);
+            return;
+        };
+        // Under the moves' lock: a move the publisher is about to make yields to this newer
+        // change of its channel.
+        let mut pending = moves.lock();
+        let mut now = Vec::new();
+        for (channel, bot) in rows {
+            // Voluntary: its assignee of this moment is online, and could still answer.
+            let voluntary = match view.route(platform, channel) {
+                Route::Online(old) => bot != Some(&*old),
+                _ => false,
+            };
+            if voluntary {
+                let key = (platform.to_owned(), channel.to_owned());
+                pending.insert(key, bot.map(str::to_owned));
+                self.moving_changed = true;
+            } else {
+                if !pending.is_empty() {
+                    let key = (platform.to_owned(), channel.to_owned());
+                    self.moving_changed |= pending.remove(&key).is_some();
+                }
+                now.push((channel, bot));
+            }
+        }
+        view.apply(platform, now.iter().copied());
+        drop(pending);
+        self.publish_rows(platform, now.into_iter());
+    }
+
+    fn publish_rows<'r>(
+        &mut self,
+        platform: &str,
+        rows: impl Iterator<Item = (&'r str, Option<&'r str>)>,
+    ) {
         if self.outputs.publisher.is_some() {
             self.published.extend(rows.map(|(channel, bot)| {
                 (
@@ -68,6 +123,9 @@ impl Shown<'_> {
     pub(super) fn publish(self) {
         if let Some(publisher) = &self.outputs.publisher {
             publisher.publish(self.published);
+            if self.moving_changed {
+                publisher.held();
+            }
         }
     }
 }

@@ -126,7 +126,7 @@ impl Engine {
             return;
         }
         let mut batch = Batch::default();
-        let mut shown = self.outputs.changes();
+        let mut shown = self.outputs.changes(&self.duty);
         for (platform, mut channels) in unattended {
             if self.index.platform(&platform).is_none() || !self.rules.platform_enabled(&platform) {
                 continue;

@@ -29,7 +29,7 @@ impl Engine {
         self.writer
             .submit(self.batch(&plan, &causes, started_at_ms, term, weights));
         let provisional = self.unattended.take_moves();
-        let mut shown = self.outputs.changes();
+        let mut shown = self.outputs.changes(&self.duty);
         for p in &plan.platforms {
             let Some(index) = self.index.platform(&p.platform) else {
                 continue;

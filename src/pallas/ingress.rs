@@ -142,6 +142,9 @@ pub enum Reason {
     /// An earlier ask of this message gave it to another bot, still online, though the
     /// assignment of this moment, or a claim, would give it to this one.
     GivenToAnotherBot,
+    /// On a follower: the leader is moving the group to another bot and answers it alone
+    /// until this instance has the move.
+    Moving,
     /// No online assignee: the first claimer of the message handles it.
     Claim {
         because: NoAssignee,
@@ -165,7 +168,7 @@ pub enum NoAssignee {
 
 impl Reason {
     /// Every [`Reason::kind`], at its [`Reason::kind_index`].
-    pub const KINDS: [&'static str; 17] = [
+    pub const KINDS: [&'static str; 18] = [
         "fleet_bot",
         "peer_bot",
         "private",
@@ -183,6 +186,7 @@ impl Reason {
         "held",
         "given_here",
         "given_elsewhere",
+        "moving",
     ];
 
     /// A short, stable label (the metrics' `reason`): `assignee`, `claim`, `pool_claim`, ...
@@ -210,6 +214,7 @@ impl Reason {
             Reason::Held => 14,
             Reason::GivenToThisBot => 15,
             Reason::GivenToAnotherBot => 16,
+            Reason::Moving => 17,
         }
     }
 
@@ -229,6 +234,9 @@ impl Reason {
             Reason::Held => "held with no assignee by an operator",
             Reason::GivenToThisBot => "given to this bot at an earlier ask of this message",
             Reason::GivenToAnotherBot => "given to another bot at an earlier ask of this message",
+            Reason::Moving => {
+                "moving to another bot: the leader answers it until this instance has the move"
+            }
             Reason::GroupAdminOwner { .. }
             | Reason::OwnedByDeployment(_)
             | Reason::Claim { .. }
@@ -438,6 +446,8 @@ impl Ingress {
             Route::Excluded { assignee } => (NoAssignee::Excluded, assignee),
             // On purpose: nobody, claim or not (an @-mention was decided above).
             Route::Held => return decision(false, Reason::Held, None),
+            // On purpose: the leader answers it alone until this instance has the move.
+            Route::Moving => return decision(false, Reason::Moving, None),
             Route::Unassigned => (NoAssignee::Unassigned, None),
             Route::Offline(bot) => (NoAssignee::AssigneeOffline, Some(bot)),
         };

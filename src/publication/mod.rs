@@ -6,7 +6,10 @@
 //! * `P:assignment:{platform}`: HASH channel → bot;
 //! * `P:version`: the version of what the hashes hold, strictly increasing;
 //! * channel `P:changes`: one message per version, `{"version":N,"changes":{platform:
-//!   {channel: bot | null}}}`, or `{"version":N,"resync":true}` after a full republish.
+//!   {channel: bot | null}}}`, or `{"version":N,"resync":true}` after a full republish;
+//! * under leadership, `P:moving` (a string, and a channel of that name) and `P:followers`
+//!   (a HASH): the voluntary moves announced and acknowledged before they are made
+//!   ([`moving`]).
 //!
 //! Every publication is one Lua script: the version bump, the hash writes and the message
 //! happen together or not at all. A follower that sees anything but `last + 1` re-reads the
@@ -23,6 +26,7 @@
 //! reply is an error starting with `FENCED`); the publisher then stops until it leads again.
 
 pub mod follower;
+pub mod moving;
 pub mod publisher;
 
 /// Key names under a prefix.
@@ -42,6 +46,16 @@ impl Keys {
 
     pub fn channel(&self) -> String {
         format!("{}:changes", self.prefix)
+    }
+
+    /// The voluntary moves announced (a string, and the channel it is published on).
+    pub fn moving(&self) -> String {
+        format!("{}:moving", self.prefix)
+    }
+
+    /// Each follower's acknowledged announcement and expiry.
+    pub fn followers(&self) -> String {
+        format!("{}:followers", self.prefix)
     }
 
     /// The newest leader's term (see `leader`).

@@ -16,6 +16,7 @@ const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
 use super::Keys;
+use super::moving::{self, Announcement, Moves, Pending};
 use crate::backoff::{Backoff, Jitter};
 use crate::redis_conn::{Conn, Redis};
 use crate::store::fence::Duty;
@@ -37,7 +38,12 @@ enum Job {
     /// begin. Before, the view may be empty or half loaded, and a full republish of it would
     /// replace the published hashes with too little.
     Loaded,
+    /// The engine holds new voluntary moves: announce them ([`moving`]).
+    Held,
 }
+
+/// How often a leader looks whether its followers have acknowledged an announcement.
+const POLL: Duration = Duration::from_millis(10);
 
 #[derive(Clone)]
 pub struct Publisher {
@@ -52,6 +58,9 @@ pub struct PublishStatus {
     /// Times the published hashes were found not to hold the view's assignment (and were
     /// published again).
     repaired: std::sync::atomic::AtomicU64,
+    /// The voluntary moves announced and waiting, and the followers that have not yet
+    /// acknowledged them.
+    moving: Mutex<(usize, Vec<String>)>,
 }
 
 impl PublishStatus {
@@ -73,6 +82,11 @@ impl PublishStatus {
     pub fn repaired(&self) -> u64 {
         self.repaired.load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    /// How many voluntary moves wait for followers, and which followers they wait for.
+    pub fn moving(&self) -> (usize, Vec<String>) {
+        self.moving.lock().clone()
+    }
 }
 
 impl Publisher {
@@ -92,19 +106,56 @@ impl Publisher {
         let _ = self.tx.send(Job::Loaded);
     }
 
-    /// Starts the publishing task.
+    /// The engine holds new voluntary moves in [`Publisher::moves`].
+    pub fn held(&self) {
+        let _ = self.tx.send(Job::Held);
+    }
+
+    /// Starts the publishing task. `moves` are the voluntary moves it makes once announced
+    /// and acknowledged; `instance` is this instance's name under leadership.
     pub fn start(
         redis: Redis,
         view: View,
         keys: Keys,
         duty: Duty,
+        moving: Moving,
         shutdown: CancellationToken,
     ) -> Publisher {
         let (tx, rx) = mpsc::unbounded_channel();
         let status = Arc::new(PublishStatus::default());
-        tokio::spawn(run(redis, view, keys, duty, rx, status.clone(), shutdown));
+        let task = Task {
+            redis,
+            view,
+            keys,
+            status: status.clone(),
+            moving,
+        };
+        tokio::spawn(run(task, duty, rx, shutdown));
         Publisher { tx, status }
     }
+}
+
+/// Under leadership: the voluntary moves the engine holds, and this instance's name (a
+/// leader does not wait for itself).
+#[derive(Clone, Default)]
+pub struct Moving {
+    pub moves: Moves,
+    pub instance: String,
+}
+
+/// What the publishing task works with.
+struct Task {
+    redis: Redis,
+    view: View,
+    keys: Keys,
+    status: Arc<PublishStatus>,
+    moving: Moving,
+}
+
+/// The announcement the leader waits on: its token and the moves it announced.
+struct Round {
+    token: String,
+    moves: Pending,
 }
 
 /// The fence both scripts start with (KEYS[2] the term key, ARGV[3] our term, 0 = none).
@@ -158,16 +209,21 @@ return v
 "#;
 
 async fn run(
-    redis: Redis,
-    view: View,
-    keys: Keys,
+    task: Task,
     mut duty: Duty,
     mut rx: mpsc::UnboundedReceiver<Job>,
-    status: Arc<PublishStatus>,
     shutdown: CancellationToken,
 ) {
+    let Task {
+        redis,
+        view,
+        keys,
+        status,
+        moving,
+    } = &task;
     let incremental_script = redis::Script::new(&format!("{FENCE}{INCREMENTAL}"));
     let swap_script = redis::Script::new(&format!("{FENCE}{SWAP}"));
+    let announce_script = redis::Script::new(&format!("{FENCE}{}", moving::ANNOUNCE));
     let mut dirty = true;
     let mut loaded = false;
     // A platform whose hash did not hold the assignment at the last check: repaired when it
@@ -179,7 +235,13 @@ async fn run(
     let mut merged: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
     let mut check = tokio::time::interval(Duration::from_secs(2));
     let mut reachable = redis.reachable();
+    // Voluntary moves: the announcement waited on, whether a new one is due (moves held or
+    // made since the last), and a counter making each announcement's token unique in a term.
+    let mut round: Option<Round> = None;
+    let mut announce_due = false;
+    let mut announcements: u64 = 0;
     loop {
+        let polling = round.is_some() || announce_due;
         let mut take = |job: Job, merged: &mut BTreeMap<(String, String), Option<String>>| {
             match job {
                 Job::Changes(changes) => merge(merged, changes),
@@ -189,8 +251,10 @@ async fn run(
                     dirty = true;
                     merged.clear();
                     version = 0;
+                    round = None;
                 }
                 Job::Loaded => loaded = true,
+                Job::Held => announce_due = true,
             }
         };
         tokio::select! {
@@ -202,6 +266,7 @@ async fn run(
             // Back after an outage: Redis may have lost the hashes; publish everything.
             Ok(()) = reachable.changed() => back = true,
             _ = check.tick() => {}
+            _ = tokio::time::sleep(POLL), if polling => {}
         }
         while let Ok(job) = rx.try_recv() {
             take(job, &mut merged);
@@ -214,6 +279,8 @@ async fn run(
         }
         let Some(term) = duty.writing_term() else {
             merged.clear();
+            round = None;
+            announce_due = false;
             status.published(version);
             continue;
         };
@@ -222,6 +289,18 @@ async fn run(
             merged.clear();
             continue;
         };
+        // Moves every follower has acknowledged are made now, and published with the rest.
+        if let Some(r) = &round {
+            match moving::lagging(&mut conn, keys, &moving.instance, &r.token).await {
+                Ok(lagging) if lagging.is_empty() => {
+                    make(&moving.moves, &r.moves, view, &mut merged);
+                    round = None;
+                    announce_due = true;
+                }
+                Ok(lagging) => *status.moving.lock() = (r.moves.len(), lagging),
+                Err(e) => tracing::debug!("redis: reading the followers failed ({e})"),
+            }
+        }
         if !dirty {
             // Redis restarted empty, or someone else wrote: our version is the truth.
             let stored: redis::RedisResult<Option<i64>> = redis::cmd("GET")
@@ -233,7 +312,7 @@ async fn run(
                     // The version is ours: do the hashes hold the view's assignment? (An
                     // outside write, or a bug: repaired, and counted for `/healthz`.)
                     let differing = if merged.is_empty() {
-                        differing_platform(&mut conn, &view, &keys).await
+                        differing_platform(&mut conn, view, keys).await
                     } else {
                         None
                     };
@@ -261,22 +340,15 @@ async fn run(
             }
         }
         let result = if dirty || merged.len() > MAX_INCREMENTAL {
-            republish(&mut conn, &swap_script, &view, &keys, version, term).await
+            Some(republish(&mut conn, &swap_script, view, keys, version, term).await)
         } else if !merged.is_empty() {
-            incremental(
-                &mut conn,
-                &incremental_script,
-                &keys,
-                &merged,
-                version,
-                term,
-            )
-            .await
+            Some(incremental(&mut conn, &incremental_script, keys, &merged, version, term).await)
         } else {
-            continue;
+            None
         };
         match result {
-            Ok(v) => {
+            None => {}
+            Some(Ok(v)) => {
                 if retry.succeed() > 0 {
                     info!("redis: available again; assignment republished as version {v}");
                 }
@@ -287,12 +359,14 @@ async fn run(
                 dirty = false;
                 merged.clear();
             }
-            Err(e) if e.code() == Some("FENCED") => {
+            Some(Err(e)) if e.code() == Some("FENCED") => {
                 warn!("redis: publication refused ({e}); another instance leads");
                 duty = Duty::Follower;
                 merged.clear();
+                round = None;
+                continue;
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 if retry.failures() == 0 {
                     warn!(
                         "redis: publishing the assignment failed ({e}); retrying in the background"
@@ -304,8 +378,70 @@ async fn run(
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(retry.fail()) => {}
                 }
+                continue;
             }
         }
+        // After the version that made the last round's moves: announce what moves now (a new
+        // token for everything still waiting, or nothing, which lets the followers answer the
+        // moved channels again).
+        if announce_due {
+            announcements += 1;
+            let pending = moving.moves.lock().clone();
+            let announcement = Announcement {
+                token: format!("{term}.{announcements}"),
+                channels: moving::marks(&pending),
+            };
+            let json = serde_json::to_string(&announcement).expect("an announcement is JSON");
+            let announced: redis::RedisResult<()> = announce_script
+                .key(keys.moving())
+                .key(keys.term())
+                .arg(keys.moving())
+                .arg(json)
+                .arg(term)
+                .invoke_async(&mut conn)
+                .await;
+            match announced {
+                Ok(()) => {
+                    announce_due = false;
+                    *status.moving.lock() = (pending.len(), Vec::new());
+                    round = (!pending.is_empty()).then_some(Round {
+                        token: announcement.token,
+                        moves: pending,
+                    });
+                }
+                Err(e) if e.code() == Some("FENCED") => {
+                    warn!("redis: announcement refused ({e}); another instance leads");
+                    duty = Duty::Follower;
+                    round = None;
+                }
+                Err(e) => tracing::debug!("redis: announcing the moves failed ({e})"),
+            }
+        }
+    }
+}
+
+/// Makes the announced `moves` that still wait (a later change of the channel wins): into the
+/// view, and into `merged` for the publication.
+fn make(
+    moves: &Moves,
+    announced: &Pending,
+    view: &View,
+    merged: &mut BTreeMap<(String, String), Option<String>>,
+) {
+    let mut pending = moves.lock();
+    let mut by_platform: BTreeMap<&str, Vec<(&str, Option<&str>)>> = BTreeMap::new();
+    for (key, bot) in announced {
+        if pending.get(key) == Some(bot) {
+            pending.remove(key);
+            by_platform
+                .entry(&key.0)
+                .or_default()
+                .push((&key.1, bot.as_deref()));
+            merged.insert(key.clone(), bot.clone());
+        }
+    }
+    for (platform, rows) in by_platform {
+        view.apply(platform, rows);
     }
 }
 

@@ -100,6 +100,9 @@ pub enum Route {
     /// Held by an operator with no assignee on purpose: nobody handles it by assignment or
     /// claim.
     Held,
+    /// On a follower: the leader is moving it to another bot; the leader alone answers it
+    /// until the follower has the move ([`crate::publication::moving`]).
+    Moving,
     /// Assigned to this bot, which is offline now.
     Offline(Arc<str>),
     /// Assigned to this bot, online.
@@ -440,6 +443,21 @@ impl View {
         self.publish_routes(|routes| routes.held = held);
     }
 
+    /// On a follower, the channels the leader announced as moving (as (platform, channel)).
+    pub fn set_moving<'a>(&self, moving: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let _state = self.write();
+        let mut marks = Exclusions::default();
+        for (platform, channel) in moving {
+            marks
+                .full
+                .entry(platform.into())
+                .or_default()
+                .insert(channel.into());
+        }
+        let marks = Arc::new(marks);
+        self.publish_routes(|routes| routes.moving = marks);
+    }
+
     pub fn assignee(&self, platform: &str, channel: &str) -> Option<String> {
         self.with_assignee(platform, channel, |_, bot| bot.map(|b| b.name.to_string()))
     }
@@ -453,6 +471,9 @@ impl View {
                 return Route::Excluded {
                     assignee: bot.map(|b| b.name.clone()),
                 };
+            }
+            if routes.moving.contains(platform, channel) {
+                return Route::Moving;
             }
             match bot {
                 None if routes.held.contains(platform, channel) => Route::Held,

@@ -18,6 +18,8 @@ pub(super) struct Routes {
     pub(super) excluded: Arc<Exclusions>,
     /// Channels an operator holds with no assignee (full keys only).
     pub(super) held: Arc<Exclusions>,
+    /// On a follower, the channels the leader announced as moving (full keys only).
+    pub(super) moving: Arc<Exclusions>,
 }
 
 #[derive(Default)]

@@ -58,7 +58,7 @@ impl Watch {
         let follower = rt.block_on(async {
             let shutdown = tokio_util::sync::CancellationToken::new();
             let redis = Redis::connect_url(url, shutdown.clone()).unwrap();
-            Follower::start(redis, keys.clone(), shutdown)
+            Follower::start(redis, keys.clone(), None, shutdown)
         });
         let versions = Arc::new(Mutex::new(Vec::new()));
         let sink = versions.clone();

@@ -357,6 +357,8 @@ impl Federate {
                         Route::Online(bot) | Route::Offline(bot) => bot
                             .parse::<i64>()
                             .is_ok_and(|b| record.online_bot_ids.contains(&b)),
+                        // Moving between two bots of this deployment: still its own.
+                        Route::Moving => true,
                         Route::Excluded { .. } | Route::Unassigned | Route::Held => false,
                     }
                 })

@@ -1,0 +1,208 @@
+//! Voluntary moves across instances: announced, acknowledged by every follower, then made.
+//!
+//! Under leadership every instance answers ingress asks from its own copy of the assignment.
+//! A *voluntary* move (its old assignee is online and could still answer) made at once would
+//! leave a window in which the leader grants the new bot and a follower still the old one:
+//! milliseconds while the publication travels, or as long as a follower is cut from Redis.
+//! One message, answered twice. So the leader makes such moves in two steps:
+//!
+//! 1. It announces the channels it is about to move ([`Keys::moving`], a JSON string
+//!    `{"token":…,"channels":{platform:[channel,…]}}`, and the same on the channel of that name).
+//!    A follower stops answering them (ingress reason `moving`) and acknowledges the
+//!    announcement's token in [`Keys::followers`] (field: its instance; value: `"{token}
+//!    {expiry}"`, the expiry in milliseconds of Redis's own clock, renewed every third of
+//!    it).
+//! 2. Once every follower whose entry has not expired has acknowledged, the leader makes the
+//!    moves in its view and publishes them, then announces what is still moving (usually
+//!    nothing). Pub/sub keeps one connection's messages in order, so a follower has the
+//!    version holding the moves before it answers those channels again.
+//!
+//! Meanwhile the leader's view keeps the old assignee: a message is answered by the old bot
+//! (through the leader) or by nobody (through a follower), never by two. A follower cut from
+//! Redis cannot acknowledge: the moves wait until its entry expires ([`FOLLOWER_TTLS`] lease
+//! TTLs), and until then it answers from the assignment before them, as the leader does.
+//! Forced moves (the old assignee offline or gone) never wait: the old bot cannot answer.
+//! Without leadership nothing here runs: one instance's view is the only one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+use serde::{Deserialize, Serialize};
+
+use super::Keys;
+use crate::redis_conn::Conn;
+
+/// A follower's entry expires this many lease TTLs after its last renewal: the longest a
+/// dead (or cut off) follower holds voluntary moves back.
+pub const FOLLOWER_TTLS: u32 = 3;
+
+/// platform → channels announced as moving.
+pub type Marks = BTreeMap<String, BTreeSet<String>>;
+
+/// What the leader announced last: the channels moving, and the token followers acknowledge.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announcement {
+    pub token: String,
+    pub channels: Marks,
+}
+
+impl Announcement {
+    pub fn parse(json: &str) -> Option<Announcement> {
+        serde_json::from_str(json).ok()
+    }
+}
+
+/// (platform, channel) → the bot it goes to (`None`: unassigned).
+pub type Pending = BTreeMap<(String, String), Option<String>>;
+
+/// The voluntary moves the engine has planned that the leader's view and publication have not
+/// made yet. The engine holds them ([`crate::engine`]'s outputs) and the publisher makes them
+/// once announced and acknowledged; both under this one lock, so a later change of the same
+/// channel (a forced move, another plan) always wins over a move still waiting.
+#[derive(Clone, Default)]
+pub struct Moves(Arc<Mutex<Pending>>);
+
+impl Moves {
+    pub fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.0.lock()
+    }
+
+    /// How many moves wait.
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+
+    /// Forgets every waiting move (this instance no longer leads).
+    pub fn clear(&self) {
+        self.0.lock().clear();
+    }
+}
+
+/// The channels of `moves`, by platform.
+pub fn marks(moves: &Pending) -> Marks {
+    let mut marks = Marks::new();
+    for (platform, channel) in moves.keys() {
+        marks
+            .entry(platform.clone())
+            .or_default()
+            .insert(channel.clone());
+    }
+    marks
+}
+
+/// The leader's announcement, fenced like every publication (KEYS[2], ARGV[3]: see
+/// `publisher`'s FENCE).
+pub const ANNOUNCE: &str = r#"
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1
+"#;
+
+/// Milliseconds of Redis's clock: every instance's expiry is judged by the one clock.
+const NOW: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"#;
+
+/// The followers that have not acknowledged ARGV[2] (the leader ARGV[1] aside); expired
+/// entries are removed.
+const LAGGING: &str = r#"
+local lagging = {}
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  local name, value = entries[i], entries[i + 1]
+  local space = string.find(value, ' ', 1, true) or 0
+  local token = string.sub(value, 1, space - 1)
+  local expiry = tonumber(string.sub(value, space + 1)) or 0
+  if expiry <= now then
+    redis.call('HDEL', KEYS[1], name)
+  elseif name ~= ARGV[1] and token ~= ARGV[2] then
+    table.insert(lagging, name)
+  end
+end
+return lagging
+"#;
+
+/// A follower's acknowledgement (ARGV: instance, token, TTL in ms), or with an empty token
+/// its departure.
+const ACKNOWLEDGE: &str = r#"
+if ARGV[2] == '' and ARGV[3] == '0' then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. (now + tonumber(ARGV[3])))
+return 1
+"#;
+
+/// The followers (their instance names) that have not yet acknowledged `token`.
+pub async fn lagging(
+    conn: &mut Conn,
+    keys: &Keys,
+    leader: &str,
+    token: &str,
+) -> redis::RedisResult<Vec<String>> {
+    redis::Script::new(&format!("{NOW}{LAGGING}"))
+        .key(keys.followers())
+        .arg(leader)
+        .arg(token)
+        .invoke_async(conn)
+        .await
+}
+
+/// Records that follower `instance` serves announcement `token`, for `ttl_ms` more.
+pub async fn acknowledge(
+    conn: &mut Conn,
+    keys: &Keys,
+    instance: &str,
+    token: &str,
+    ttl_ms: u64,
+) -> redis::RedisResult<()> {
+    redis::Script::new(&format!("{NOW}{ACKNOWLEDGE}"))
+        .key(keys.followers())
+        .arg(instance)
+        .arg(token)
+        .arg(ttl_ms.max(1))
+        .invoke_async::<()>(conn)
+        .await
+}
+
+/// Removes follower `instance`'s entry: it leads now, or stops.
+pub async fn depart(conn: &mut Conn, keys: &Keys, instance: &str) -> redis::RedisResult<()> {
+    redis::Script::new(&format!("{NOW}{ACKNOWLEDGE}"))
+        .key(keys.followers())
+        .arg(instance)
+        .arg("")
+        .arg(0)
+        .invoke_async::<()>(conn)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_announcement_reads_back_what_was_written() {
+        let moves: Pending = [
+            (("onebot".into(), "2".into()), Some("b".into())),
+            (("onebot".into(), "1".into()), None),
+            (("qq".into(), "1".into()), Some("a".into())),
+        ]
+        .into();
+        let announced = Announcement {
+            token: "7.3".into(),
+            channels: marks(&moves),
+        };
+        let json = serde_json::to_string(&announced).unwrap();
+        assert_eq!(
+            json,
+            r#"{"token":"7.3","channels":{"onebot":["1","2"],"qq":["1"]}}"#
+        );
+        assert_eq!(Announcement::parse(&json), Some(announced));
+        assert_eq!(Announcement::parse("{\"token\":1}"), None);
+    }
+}
