@@ -9,10 +9,11 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::presence::Presence;
 use crate::publication::follower::Follower;
-use crate::publication::moving::Moves;
+use crate::publication::moving::{self, Moves};
 use crate::publication::publisher::{Changes, Publisher};
 use crate::store::fence::Duty;
 use crate::view::{Route, View};
+use std::time::Instant;
 
 pub struct Outputs {
     /// The assignment and fleet as the API sees it.
@@ -81,10 +82,15 @@ impl Shown<'_> {
         // change of its channel.
         let mut pending = moves.lock();
         let mut now = Vec::new();
+        let mut forced = Vec::new();
         for (channel, bot) in rows {
             // Voluntary: its assignee of this moment is online, and could still answer.
             let voluntary = match view.route(platform, channel) {
                 Route::Online(old) => bot != Some(&*old),
+                Route::Offline(_) | Route::Unassigned if bot.is_some() => {
+                    forced.push(channel);
+                    false
+                }
                 _ => false,
             };
             if voluntary {
@@ -100,6 +106,9 @@ impl Shown<'_> {
             }
         }
         view.apply(platform, now.iter().copied());
+        if !forced.is_empty() {
+            view.mark_forced(platform, forced, Instant::now() + moving::FORCED_CLAIMS);
+        }
         drop(pending);
         self.publish_rows(platform, now.into_iter());
     }

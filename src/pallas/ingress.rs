@@ -37,6 +37,10 @@ use super::signature::{Body, Signature, Time};
 use crate::traffic::Counter;
 use crate::view::{Route, View};
 
+/// How long a just-replaced assignee's claim may take before the assignment decides alone
+/// (see [`View::forced_recently`]).
+const FORCED_CLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The default claim plugin: Pallas-Bot's ingress gate namespace.
 pub const DEFAULT_PLUGIN: &str = "ingress_gate";
 
@@ -164,6 +168,9 @@ pub enum NoAssignee {
     Excluded,
     Unassigned,
     AssigneeOffline,
+    /// The assignee replaced an offline one a moment ago (on a leader of several instances):
+    /// it claims the message as a follower that has not seen the change does.
+    JustReplaced,
 }
 
 impl Reason {
@@ -260,6 +267,7 @@ impl std::fmt::Display for Reason {
                     NoAssignee::Excluded => "excluded channel",
                     NoAssignee::Unassigned => "unassigned channel",
                     NoAssignee::AssigneeOffline => "assignee offline",
+                    NoAssignee::JustReplaced => "assignee just replaced an offline one",
                 };
                 let outcome = if *won {
                     "won the claim"
@@ -425,6 +433,19 @@ impl Ingress {
         let (because, assignee) = match route {
             Route::Online(bot) => {
                 let me = *bot == *id.format(r.self_id);
+                // Just given in place of an offline bot: a follower that has not seen the move
+                // yet sends the message to the claim, which the assignee must win as well.
+                // The assignment decides when the claim is slow to answer (a leader cut from
+                // Redis): a follower cut off claims in its own files anyway.
+                if me && self.view.forced_recently(p, id.format(group)) {
+                    let key = signature_key(r, group);
+                    let claim = self.claims.claim(plugin, group, key, r.self_id);
+                    if let Ok((false, via)) = tokio::time::timeout(FORCED_CLAIM_WAIT, claim).await {
+                        let won = false;
+                        let because = NoAssignee::JustReplaced;
+                        return decision(false, Reason::Claim { because, won, via }, Some(bot));
+                    }
+                }
                 // A name that is no number is no asker's `self_id`: nothing to remember.
                 if let Ok(number) = bot.parse() {
                     let to = Holder {
@@ -712,6 +733,76 @@ mod tests {
         .unwrap_err();
         assert!(error.contains("invalid type: integer `5`"), "{error}");
         assert!(matches!(&r.text, Cow::Owned(text) if text == "café \"x\""));
+    }
+
+    /// A leader's assignee that just replaced an offline bot claims each message, as a
+    /// follower that has not seen the move does for the other member: one of them answers.
+    #[tokio::test]
+    async fn a_just_replaced_assignee_meets_the_claim_of_a_follower_not_yet_told() {
+        let dir = std::env::temp_dir().join(format!("aa-forced-{}", std::process::id()));
+        let ingress = Ingress {
+            view: View::default(),
+            claims: Claims::new(None, "pallas:msg_claim", 86400, &dir),
+            federate: None,
+            traffic: Counter::default(),
+            given: Given::default(),
+        };
+        let view = &ingress.view;
+        view.apply("onebot", [("7", Some("1001"))]);
+        view.set_bot("onebot", "1001", true);
+        view.set_bot("onebot", "1002", true);
+        let ask = |text: &'static str| {
+            let json = format!(
+                r#"{{"platform":"onebot","self_id":1001,"group_id":7,"user_id":42,
+                    "text":"{text}","time":1786000000,"lane":"chat"}}"#
+            );
+            serde_json::from_str::<Request<'static>>(json.leak()).unwrap()
+        };
+        // What a follower not yet told of the move does: bot 1002's ask wins the claim.
+        let claim_by_1002 = |r: &Request<'_>| {
+            let key = signature_key(r, 7);
+            let claims = &ingress.claims;
+            async move { claims.claim(DEFAULT_PLUGIN, 7, key, 1002).await.0 }
+        };
+
+        // Unmarked, the assignee answers whatever the claim says: the double this prevents.
+        let before = ask("before");
+        assert!(claim_by_1002(&before).await);
+        let answer = ingress.decide(&before).await.unwrap();
+        assert_eq!((answer.handle, answer.kind), (true, "assignee"));
+
+        view.mark_forced(
+            "onebot",
+            ["7"],
+            std::time::Instant::now() + std::time::Duration::from_secs(60),
+        );
+        assert!(view.forced_recently("onebot", "7"));
+        let claimed = ask("claimed first");
+        assert!(claim_by_1002(&claimed).await);
+        let answer = ingress.decide(&claimed).await.unwrap();
+        assert_eq!((answer.handle, answer.kind), (false, "claim"));
+        assert!(
+            answer
+                .reason
+                .to_string()
+                .starts_with("assignee just replaced an offline one: claimed by another bot"),
+            "{}",
+            answer.reason
+        );
+        // Asked first, the assignee wins, and the other member's claim finds it taken.
+        let first = ask("asked first");
+        let answer = ingress.decide(&first).await.unwrap();
+        assert_eq!((answer.handle, answer.kind), (true, "assignee"));
+        assert!(!claim_by_1002(&first).await);
+
+        // Past its deadline, the assignee answers by the assignment alone again.
+        view.mark_forced("onebot", ["7"], std::time::Instant::now());
+        assert!(!view.forced_recently("onebot", "7"));
+        let after = ask("after");
+        assert!(claim_by_1002(&after).await);
+        let answer = ingress.decide(&after).await.unwrap();
+        assert_eq!((answer.handle, answer.kind), (true, "assignee"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

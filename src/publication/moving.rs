@@ -21,7 +21,9 @@
 //! (through the leader) or by nobody (through a follower), never by two. A follower cut from
 //! Redis cannot acknowledge: the moves wait until its entry expires ([`FOLLOWER_TTLS`] lease
 //! TTLs), and until then it answers from the assignment before them, as the leader does.
-//! Forced moves (the old assignee offline or gone) never wait: the old bot cannot answer.
+//! Forced moves (the old assignee offline or gone) never wait: the old bot cannot answer. For
+//! [`FORCED_CLAIMS`] after one, the leader's assignee claims each message too, as a follower
+//! that has not seen the move claims it.
 //! Without leadership nothing here runs: one instance's view is the only one.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,6 +38,12 @@ use crate::redis_conn::Conn;
 /// A follower's entry expires this many lease TTLs after its last renewal: the longest a
 /// dead (or cut off) follower holds voluntary moves back.
 pub const FOLLOWER_TTLS: u32 = 3;
+
+/// How long after a forced move (a bot in place of an offline one, or of none) the leader's
+/// assignee claims each message as well: a follower that has not yet seen the move sends the
+/// group's messages to the claim (Pallas-Bot's, in Redis), and the claim makes the two agree.
+/// The publication reaches a connected follower in milliseconds.
+pub const FORCED_CLAIMS: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// platform → channels announced as moving.
 pub type Marks = BTreeMap<String, BTreeSet<String>>;

@@ -458,6 +458,42 @@ impl View {
         self.publish_routes(|routes| routes.moving = marks);
     }
 
+    /// On a leader, `channels` were just given a bot in place of an offline one (or none): a
+    /// follower that has not seen it yet sends their messages to the claim, so until
+    /// `until` the assignee claims too (see [`View::forced_recently`]).
+    pub fn mark_forced<'a>(
+        &self,
+        platform: &str,
+        channels: impl IntoIterator<Item = &'a str>,
+        until: std::time::Instant,
+    ) {
+        let _state = self.write();
+        let now = std::time::Instant::now();
+        self.publish_routes(|routes| {
+            let mut forced = HashMap::clone(&routes.forced);
+            for marks in forced.values_mut() {
+                marks.retain(|_, deadline| *deadline > now);
+            }
+            forced.retain(|_, marks| !marks.is_empty());
+            let marks = forced.entry(platform.into()).or_default();
+            for channel in channels {
+                marks.insert(channel.into(), until);
+            }
+            routes.forced = Arc::new(forced);
+        });
+    }
+
+    /// Whether `channel` was given its assignee in place of an offline one so recently that a
+    /// follower may not have it yet.
+    pub fn forced_recently(&self, platform: &str, channel: &str) -> bool {
+        let routes = self.routes.load();
+        routes
+            .forced
+            .get(platform)
+            .and_then(|marks| marks.get(channel))
+            .is_some_and(|deadline| *deadline > std::time::Instant::now())
+    }
+
     pub fn assignee(&self, platform: &str, channel: &str) -> Option<String> {
         self.with_assignee(platform, channel, |_, bot| bot.map(|b| b.name.to_string()))
     }

@@ -20,7 +20,13 @@ pub(super) struct Routes {
     pub(super) held: Arc<Exclusions>,
     /// On a follower, the channels the leader announced as moving (full keys only).
     pub(super) moving: Arc<Exclusions>,
+    /// On a leader, the channels just given a bot in place of an offline one (or none), and
+    /// until when: `platform → channel → deadline`.
+    pub(super) forced: Arc<Deadlines>,
 }
+
+/// `platform → channel → deadline`.
+pub(super) type Deadlines = HashMap<Box<str>, HashMap<Box<str>, std::time::Instant>>;
 
 #[derive(Default)]
 pub(super) struct Exclusions {

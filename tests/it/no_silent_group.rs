@@ -315,6 +315,15 @@ fn a_logout_and_a_new_group_leave_no_group_silent_for_a_second() {
     traffic.wait_ticks(2);
     traffic.take();
     sims.bot(1002).bot_offline();
+    // Its messages stop once the service has the event: before, no coordinator can know, and
+    // a tick in between would count the event's own latency as a silence (seen once).
+    eventually("the service sees 1002 offline", WAIT, || {
+        let (_, bots) = crate::support::get(&format!("{api}/v1/bots"), None);
+        bots.as_array().is_some_and(|bots| {
+            bots.iter()
+                .any(|b| b["bot"] == "1002" && b["online"] == false)
+        })
+    });
     traffic.fleet.lock().logged_in.remove(&1002);
     traffic.wait_ticks(15);
     let runs = db.history().len();
