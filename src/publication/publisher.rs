@@ -106,13 +106,14 @@ impl Publisher {
         let _ = self.tx.send(Job::Loaded);
     }
 
-    /// The engine holds new voluntary moves in [`Publisher::moves`].
+    /// The engine holds new voluntary moves (or gave some up) in the [`Moves`] it shares with
+    /// this task: announce what moves now.
     pub fn held(&self) {
         let _ = self.tx.send(Job::Held);
     }
 
-    /// Starts the publishing task. `moves` are the voluntary moves it makes once announced
-    /// and acknowledged; `instance` is this instance's name under leadership.
+    /// Starts the publishing task; under leadership it makes the voluntary moves in `moving`
+    /// once announced and acknowledged.
     pub fn start(
         redis: Redis,
         view: View,
