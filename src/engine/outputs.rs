@@ -12,7 +12,7 @@ use crate::publication::follower::Follower;
 use crate::publication::moving::{self, Moves};
 use crate::publication::publisher::{Changes, Publisher};
 use crate::store::fence::Duty;
-use crate::view::{Route, View};
+use crate::view::{Route, RunSummary, View};
 use std::time::Instant;
 
 pub struct Outputs {
@@ -37,6 +37,17 @@ pub struct Outputs {
 }
 
 impl Outputs {
+    /// Shows a run in `GET /v1/status`: under leadership once the voluntary moves it held are
+    /// made, so that a run shown is in force in the view.
+    pub(super) fn show_run(&self, duty: &Duty, run: RunSummary) {
+        match (duty, &self.moves) {
+            (Duty::Leader(_), Some(moves)) if self.publisher.is_some() => {
+                moves.show_run(&self.view, run)
+            }
+            _ => self.view.set_last_run(run),
+        }
+    }
+
     /// Changes to show, platform by platform, then publish at once; a leader's voluntary
     /// moves wait for its followers.
     pub(super) fn changes(&self, duty: &Duty) -> Shown<'_> {
@@ -80,7 +91,8 @@ impl Shown<'_> {
         };
         // Under the moves' lock: a move the publisher is about to make yields to this newer
         // change of its channel.
-        let mut pending = moves.lock();
+        let mut held = moves.lock();
+        let pending = &mut held.moves;
         let mut now = Vec::new();
         let mut forced = Vec::new();
         for (channel, bot) in rows {
@@ -109,7 +121,7 @@ impl Shown<'_> {
         if !forced.is_empty() {
             view.mark_forced(platform, forced, Instant::now() + moving::FORCED_CLAIMS);
         }
-        drop(pending);
+        drop(held);
         self.publish_rows(platform, now.into_iter());
     }
 

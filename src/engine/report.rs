@@ -55,13 +55,14 @@ impl Engine {
 
     /// The run as the view shows it; `provisional` moves were made at once before it.
     pub(super) fn show_run(&self, plan: &Plan, causes: &Causes, provisional: usize) {
-        self.outputs.view.set_last_run(RunSummary {
+        let run = RunSummary {
             number: self.runs,
             causes: causes.to_string(),
             finished_at_ms: self.outputs.clock.unix_ms(),
             moved_forced: provisional + plan.platforms.iter().map(|p| p.forced).sum::<usize>(),
             moved_voluntary: plan.platforms.iter().map(|p| p.voluntary).sum(),
-        });
+        };
+        self.outputs.show_run(&self.duty, run);
     }
 
     /// Each planned platform's counts, loads and capacities as the view shows them.

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Keys;
 use crate::redis_conn::Conn;
+use crate::view::{RunSummary, View};
 
 /// A follower's entry expires this many lease TTLs after its last renewal: the longest a
 /// dead (or cut off) follower holds voluntary moves back.
@@ -69,25 +70,42 @@ pub type Pending = BTreeMap<(String, String), Option<String>>;
 /// once announced and acknowledged; both under this one lock, so a later change of the same
 /// channel (a forced move, another plan) always wins over a move still waiting.
 #[derive(Clone, Default)]
-pub struct Moves(Arc<Mutex<Pending>>);
+pub struct Moves(Arc<Mutex<Held>>);
+
+/// What waits: the moves, and the last run that held some, shown (`GET /v1/status`) once
+/// every move waiting is made, so that a run the status shows is in force in the view.
+#[derive(Default)]
+pub struct Held {
+    pub moves: Pending,
+    pub run: Option<RunSummary>,
+}
+
+impl Held {
+    /// Shows the run held back once no move waits any more.
+    pub fn show_run_if_made(&mut self, view: &View) {
+        if self.moves.is_empty()
+            && let Some(run) = self.run.take()
+        {
+            view.set_last_run(run);
+        }
+    }
+}
 
 impl Moves {
-    pub fn lock(&self) -> MutexGuard<'_, Pending> {
+    pub fn lock(&self) -> MutexGuard<'_, Held> {
         self.0.lock()
     }
 
-    /// How many moves wait.
-    pub fn len(&self) -> usize {
-        self.0.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.lock().is_empty()
-    }
-
-    /// Forgets every waiting move (this instance no longer leads).
+    /// Forgets every waiting move and run (this instance no longer leads).
     pub fn clear(&self) {
-        self.0.lock().clear();
+        *self.0.lock() = Held::default();
+    }
+
+    /// Shows `run` in `view` now if no move waits, else once they are all made.
+    pub fn show_run(&self, view: &View, run: RunSummary) {
+        let mut held = self.0.lock();
+        held.run = Some(run);
+        held.show_run_if_made(view);
     }
 }
 

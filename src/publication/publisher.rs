@@ -387,7 +387,13 @@ async fn run(
         // moved channels again).
         if announce_due {
             announcements += 1;
-            let pending = moving.moves.lock().clone();
+            let pending = {
+                let mut held = moving.moves.lock();
+                // Nothing waits any more (made, or given up for newer changes): the run that
+                // held them is in force.
+                held.show_run_if_made(view);
+                held.moves.clone()
+            };
             let announcement = Announcement {
                 token: format!("{term}.{announcements}"),
                 channels: moving::marks(&pending),
@@ -429,7 +435,8 @@ fn make(
     view: &View,
     merged: &mut BTreeMap<(String, String), Option<String>>,
 ) {
-    let mut pending = moves.lock();
+    let mut held = moves.lock();
+    let pending = &mut held.moves;
     let mut by_platform: BTreeMap<&str, Vec<(&str, Option<&str>)>> = BTreeMap::new();
     for (key, bot) in announced {
         if pending.get(key) == Some(bot) {
@@ -444,6 +451,7 @@ fn make(
     for (platform, rows) in by_platform {
         view.apply(platform, rows);
     }
+    held.show_run_if_made(view);
 }
 
 /// A platform whose published hash does not hold as many channels as the view assigns, if
