@@ -12,7 +12,7 @@ use crate::publication::follower::Follower;
 use crate::publication::moving::{self, Moves};
 use crate::publication::publisher::{Changes, Publisher};
 use crate::store::fence::Duty;
-use crate::view::{Route, RunSummary, View};
+use crate::view::{FORCED_MARKS, Route, RunSummary, View};
 use std::time::Instant;
 
 pub struct Outputs {
@@ -100,7 +100,9 @@ impl Shown<'_> {
             let voluntary = match view.route(platform, channel) {
                 Route::Online(old) => bot != Some(&*old),
                 Route::Offline(_) | Route::Unassigned if bot.is_some() => {
-                    forced.push(channel);
+                    if forced.len() < FORCED_MARKS {
+                        forced.push(channel);
+                    }
                     false
                 }
                 _ => false,

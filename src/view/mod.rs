@@ -109,6 +109,9 @@ pub enum Route {
     Online(Arc<str>),
 }
 
+/// The most channels of one platform [`View::mark_forced`] keeps at a time.
+pub const FORCED_MARKS: usize = 1 << 16;
+
 #[derive(Default)]
 struct State {
     /// Bumped by every [`Update`].
@@ -460,7 +463,11 @@ impl View {
 
     /// On a leader, `channels` were just given a bot in place of an offline one (or none): a
     /// follower that has not seen it yet sends their messages to the claim, so until
-    /// `until` the assignee claims too (see [`View::forced_recently`]).
+    /// `until` the assignee claims too (see [`View::forced_recently`]). At most
+    /// [`FORCED_MARKS`] channels a platform are marked at a time: the first start of a large
+    /// fleet gives every group its first bot at once, and a mark each would cost memory and a
+    /// copy of them all at every pass; the groups past the limit are answered by the
+    /// assignment alone (only bots of one group asking different instances can tell).
     pub fn mark_forced<'a>(
         &self,
         platform: &str,
@@ -477,7 +484,11 @@ impl View {
             forced.retain(|_, marks| !marks.is_empty());
             let marks = forced.entry(platform.into()).or_default();
             for channel in channels {
-                marks.insert(channel.into(), until);
+                if let Some(deadline) = marks.get_mut(channel) {
+                    *deadline = until;
+                } else if marks.len() < FORCED_MARKS {
+                    marks.insert(channel.into(), until);
+                }
             }
             routes.forced = Arc::new(forced);
         });
@@ -589,6 +600,40 @@ impl View {
 mod tests {
     use super::tables::ChannelMap;
     use super::*;
+
+    #[test]
+    fn forced_marks_expire_and_are_bounded() {
+        let v = View::default();
+        let later = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let names: Vec<String> = (0..FORCED_MARKS + 10).map(|i| i.to_string()).collect();
+        v.mark_forced("onebot", names.iter().map(String::as_str), later);
+        assert!(v.forced_recently("onebot", "0"));
+        assert!(v.forced_recently("onebot", &(FORCED_MARKS - 1).to_string()));
+        assert!(
+            !v.forced_recently("onebot", &FORCED_MARKS.to_string()),
+            "past the limit"
+        );
+        assert!(!v.forced_recently("qq", "0"));
+        // Full, a marked channel still takes a new deadline; one whose time is up is gone at
+        // the next marking, which makes room.
+        v.mark_forced("onebot", ["0", "new"], std::time::Instant::now());
+        assert!(!v.forced_recently("onebot", "0"));
+        assert!(v.forced_recently("onebot", "1"));
+        v.mark_forced("onebot", ["new"], later);
+        assert!(v.forced_recently("onebot", "new"));
+    }
+
+    #[test]
+    fn moving_channels_route_to_nobody_until_unmarked() {
+        let v = View::default();
+        v.set_bot("onebot", "1", true);
+        v.apply("onebot", [("a", Some("1")), ("b", Some("1"))]);
+        v.set_moving([("onebot", "a")]);
+        assert_eq!(v.route("onebot", "a"), Route::Moving);
+        assert_eq!(v.route("onebot", "b"), Route::Online("1".into()));
+        v.set_moving([]);
+        assert_eq!(v.route("onebot", "a"), Route::Online("1".into()));
+    }
 
     #[test]
     fn changes_keep_loads_exact() {
