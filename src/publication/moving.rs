@@ -23,7 +23,9 @@
 //! TTLs), and until then it answers from the assignment before them, as the leader does.
 //! Forced moves (the old assignee offline or gone) never wait: the old bot cannot answer. For
 //! [`FORCED_CLAIMS`] after one, the leader's assignee claims each message too, as a follower
-//! that has not seen the move claims it.
+//! that has not seen the move claims it. A run that held moves appears in `GET /v1/status`
+//! once they are made, so a client that waits for a run reads its result.
+//!
 //! Without leadership nothing here runs: one instance's view is the only one.
 
 use std::collections::{BTreeMap, BTreeSet};
