@@ -247,6 +247,10 @@ async fn run(
             match job {
                 Job::Changes(changes) => merge(merged, changes),
                 Job::Duty(new) => {
+                    // A new leader announces what moves (nothing yet): a leader that died
+                    // between announcing and making its moves left the followers not
+                    // answering those groups.
+                    announce_due = matches!(new, Duty::Leader(_));
                     duty = new;
                     // A new leader publishes everything: its view is the truth now.
                     dirty = true;

@@ -1276,3 +1276,31 @@ fn a_killed_follower_holds_voluntary_moves_back_until_its_entry_expires() {
         TTL * 3
     );
 }
+
+/// A leader that died between announcing its moves and making them left the followers not
+/// answering those groups: a new leader announces at once what moves (nothing), and the
+/// followers answer every group again.
+#[test]
+fn a_new_leader_clears_the_moves_a_dead_one_announced() {
+    let redis = RedisServer::start();
+    let dead = r#"{"token":"0.1","channels":{"onebot":["100001"]}}"#;
+    crate::support::redis::cli(redis.port, &["SET", "auto-assign:moving", dead]);
+    let cluster = Cluster::start("ha-dead-announcement", 2, |_| redis.url());
+    let (leader, _) = cluster.wait_leader(0);
+    cluster.wait_settled(&[]);
+    let follower = 1 - leader;
+    let assignee = cluster.rows()["100001"].clone();
+    eventually("the follower answers group 100001 again", WAIT, || {
+        let mut response = agent()
+            .post(&cluster.url(follower, "/v1/ingress"))
+            .send_json(json!({"platform": "onebot", "self_id": assignee,
+                "group_id": "100001", "user_id": 42, "text": "hello", "time": 1786000000,
+                "lane": "chat"}))
+            .unwrap();
+        let answer: Value =
+            serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+        answer["handle"] == json!(true)
+    });
+    let announced = crate::support::redis::cli(redis.port, &["GET", "auto-assign:moving"]);
+    assert!(!announced.contains("100001"), "{announced}");
+}
