@@ -262,6 +262,9 @@ async fn run(
                 Job::Held => announce_due = true,
             }
         };
+        // Woken only to look at the followers: the published version and hashes are checked
+        // at the check's pace, not at the poll's.
+        let mut poll_only = false;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             job = rx.recv() => match job {
@@ -271,7 +274,7 @@ async fn run(
             // Back after an outage: Redis may have lost the hashes; publish everything.
             Ok(()) = reachable.changed() => back = true,
             _ = check.tick() => {}
-            _ = tokio::time::sleep(POLL), if polling => {}
+            _ = tokio::time::sleep(POLL), if polling => poll_only = true,
         }
         while let Ok(job) = rx.try_recv() {
             take(job, &mut merged);
@@ -306,7 +309,8 @@ async fn run(
                 Err(e) => tracing::debug!("redis: reading the followers failed ({e})"),
             }
         }
-        if !dirty {
+        let only_polled = poll_only && merged.is_empty();
+        if !dirty && !only_polled {
             // Redis restarted empty, or someone else wrote: our version is the truth.
             let stored: redis::RedisResult<Option<i64>> = redis::cmd("GET")
                 .arg(keys.version())
