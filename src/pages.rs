@@ -19,9 +19,10 @@
 //! pages already in use stay as they are. Where it declines (huge pages `never`, no contiguous
 //! memory free) the arrays are ordinary ones and work the same.
 //!
-//! The advice is the library's one `unsafe` block (the binary has one more, `plan`'s
-//! `mallopt`): rustix marks `madvise` unsafe for the advice that discards memory
-//! (`MADV_DONTNEED` and the like), which this never gives.
+//! The advice and [`give_back_freed`] are the library's two `unsafe` blocks (the binary has
+//! one more, `plan`'s `mallopt`): rustix marks `madvise` unsafe for the advice that discards
+//! memory (`MADV_DONTNEED` and the like), which this never gives; glibc's `malloc_trim` has no
+//! safe wrapper, and discards only pages the allocator holds free.
 
 use zerocopy::FromZeros;
 
@@ -51,14 +52,16 @@ pub(crate) fn with_capacity<T>(len: usize) -> Vec<T> {
     v
 }
 
-/// `v` as `len` zeroed values: in its own memory when that is large enough (its pages are
-/// already the process's), else in fresh memory as [`zeroed`].
-pub(crate) fn zeroed_in<T: FromZeros>(v: &mut Vec<T>, len: usize) {
-    if v.capacity() >= len {
+/// `v` as `len` zeroed values with room for `room` more: in its own memory when that is
+/// large enough (its pages are already the process's), else in fresh memory as [`zeroed`],
+/// whose room is never touched until it is used.
+pub(crate) fn zeroed_in<T: FromZeros>(v: &mut Vec<T>, len: usize, room: usize) {
+    if v.capacity() >= len + room {
         v.clear();
         v.resize_with(len, T::new_zeroed);
     } else {
-        *v = zeroed(len);
+        *v = zeroed(len + room);
+        v.truncate(len);
     }
 }
 
@@ -89,6 +92,24 @@ fn advise<T>(v: &mut Vec<T>) {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn advise<T>(_: &mut Vec<T>) {}
 
+/// Hands the kernel back the whole pages the allocator holds free inside its heap, after a
+/// large plan's graph was freed.
+///
+/// glibc maps its largest blocks on their own and unmaps them when freed, but the rest of a
+/// plan (per-bot lists, its changes, blocks under its mapping threshold, which rises up to
+/// 32 MiB as large blocks are freed) comes from the heap, and a heap gives back only its top:
+/// at 10M channels, ~250 MB of freed heap stayed resident between plans and under the next
+/// plan's peak. `malloc_trim` releases every free page in it (the pages stay mapped, and a
+/// later allocation gets them back zeroed on first touch).
+pub(crate) fn give_back_freed() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes the allocator's lock and only releases pages of chunks
+    // that are free; nothing of ours is touched, and any padding argument is valid.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,11 +123,12 @@ mod tests {
             assert_eq!(filled.len(), len);
             assert!(filled.iter().all(|&x| x == u32::MAX));
             let mut reused = filled;
-            zeroed_in(&mut reused, len / 2);
+            zeroed_in(&mut reused, len / 2, 0);
             assert_eq!(reused.len(), len / 2);
             assert!(reused.iter().all(|&x| x == 0));
-            zeroed_in(&mut reused, len + 1);
+            zeroed_in(&mut reused, len + 1, len);
             assert_eq!(reused.len(), len + 1);
+            assert!(reused.capacity() > 2 * len, "room for len more");
             assert!(reused.iter().all(|&x| x == 0));
             let mut room = with_capacity::<u64>(len);
             assert!(room.is_empty() && room.capacity() >= len);

@@ -21,7 +21,7 @@ pub mod weighted;
 
 use std::fmt::Write as _;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The index the planner reads, re-exported: its types appear in every plan.
 pub use crate::index::{BotIx, ChanIx, FleetIndex, PlatformIndex};
@@ -213,17 +213,34 @@ fn plan_afresh(
     resolved: &Resolved,
     strategy: Strategy,
 ) -> (Outcome, Option<Certificate>) {
-    match (strategy, resolved.balance_by) {
+    let planned = match (strategy, resolved.balance_by) {
         (Strategy::Greedy, _) => (Outcome::Full(greedy::assign(p, resolved)), None),
         (Strategy::Optimal, BalanceBy::Channels) => (
-            Outcome::Full(optimal::State::build(p, resolved, false).1),
+            optimal::State::build(p, resolved, false).outcome(p, resolved),
             None,
         ),
         (Strategy::Optimal, BalanceBy::Messages) => {
-            let (assignee, certificate) =
-                weighted::plan(p, resolved, || optimal::State::build(p, resolved, false).1);
+            let (assignee, certificate) = weighted::plan(p, resolved, || {
+                optimal::State::build(p, resolved, false).assignment()
+            });
             (Outcome::Full(assignee), Some(certificate))
         }
+    };
+    if strategy == Strategy::Optimal {
+        freed_a_graph(p);
+    }
+    planned
+}
+
+/// Memberships from which a platform's graph, once freed, is given back to the kernel.
+const LARGE_GRAPH: usize = 1 << 20;
+
+/// After an optimal plan's graph of platform `p` was freed: a large one leaves hundreds of
+/// megabytes of the allocator's heap free but resident, under the next plan's peak
+/// ([`crate::pages::give_back_freed`]: about 7 ms at 10M channels, where a plan takes 3 s).
+fn freed_a_graph(p: &PlatformIndex) {
+    if p.total_memberships() >= LARGE_GRAPH {
+        crate::pages::give_back_freed();
     }
 }
 
@@ -245,6 +262,35 @@ pub(crate) enum Outcome {
         assigned: usize,
         unassigned: usize,
     },
+}
+
+impl Outcome {
+    /// This outcome, planned while the channels in `planned_against` had those assignees,
+    /// stated against the index once they have others: a channel a `Changed` outcome leaves
+    /// out kept the assignee it had when planned, which is now a change too.
+    fn restated(self, planned_against: &[(ChanIx, Option<BotIx>)]) -> Self {
+        match self {
+            Outcome::Changed {
+                mut channels,
+                assigned,
+                unassigned,
+            } if !planned_against.is_empty() => {
+                let listed: FxHashSet<ChanIx> = channels.iter().map(|&(c, _)| c).collect();
+                channels.extend(
+                    planned_against
+                        .iter()
+                        .filter(|(c, _)| !listed.contains(c))
+                        .copied(),
+                );
+                Outcome::Changed {
+                    channels,
+                    assigned,
+                    unassigned,
+                }
+            }
+            outcome => outcome,
+        }
+    }
 }
 
 /// A planner that remembers: it applies each plan to the index and keeps the optimal
@@ -396,17 +442,20 @@ impl Planner {
                     incremental.unwrap_or_else(|| {
                         // The remembered graph is of no more use: freed first, it is not held
                         // beside the new one while that is built (the peak would be both).
-                        drop(state.take());
-                        let (fresh, assignee) = optimal::State::build(p, &resolved, true);
+                        if state.take().is_some() {
+                            freed_a_graph(p);
+                        }
+                        let fresh = optimal::State::build(p, &resolved, true);
+                        let outcome = fresh.outcome(p, &resolved);
                         state = Some(fresh);
-                        Outcome::Full(assignee)
+                        outcome
                     })
                 }
             };
             for &(c, b) in &current {
                 p.set_assignee(c, b);
             }
-            let mut outcome = outcome;
+            let mut outcome = outcome.restated(&earlier);
             if !earlier.is_empty()
                 && self.strategy == Strategy::Optimal
                 && resolved.balance_by == BalanceBy::Channels
@@ -419,23 +468,29 @@ impl Planner {
                 // committed.
                 let (from_here, _) = plan_afresh(p, &resolved, self.strategy);
                 let earlier: FxHashMap<ChanIx, Option<BotIx>> = earlier.iter().copied().collect();
-                let moved = |o: &Outcome| match o {
-                    Outcome::Full(assignee) => {
-                        let mut n = 0usize;
-                        for (c, &now) in assignee.iter().enumerate() {
-                            let c = c as ChanIx;
-                            let base = earlier.get(&c).copied().unwrap_or_else(|| p.assignee(c));
-                            if let Some(b) = base
-                                && now != Some(b)
-                                && !resolved.is_excluded(c)
-                                && resolved.valid_bots(p, c).any(|v| v == b)
-                            {
-                                n += 1;
-                            }
+                let moved = |o: &Outcome| {
+                    let listed: FxHashMap<ChanIx, Option<BotIx>> = match o {
+                        Outcome::Full(_) => FxHashMap::default(),
+                        Outcome::Changed { channels, .. } => channels.iter().copied().collect(),
+                    };
+                    let now = |c: ChanIx| match o {
+                        Outcome::Full(assignee) => assignee[c as usize],
+                        Outcome::Changed { .. } => {
+                            listed.get(&c).copied().unwrap_or_else(|| p.assignee(c))
                         }
-                        n
+                    };
+                    let mut n = 0usize;
+                    for c in 0..p.channel_count() as ChanIx {
+                        let base = earlier.get(&c).copied().unwrap_or_else(|| p.assignee(c));
+                        if let Some(b) = base
+                            && now(c) != Some(b)
+                            && !resolved.is_excluded(c)
+                            && resolved.valid_bots(p, c).any(|v| v == b)
+                        {
+                            n += 1;
+                        }
                     }
-                    Outcome::Changed { .. } => usize::MAX,
+                    n
                 };
                 if moved(&from_here) <= moved(&outcome) {
                     outcome = from_here;

@@ -44,6 +44,11 @@ const DENSE_LIMIT: usize = 3000;
 const KIND_SHIFT: u32 = 30;
 const NODE_MASK: u32 = (1 << KIND_SHIFT) - 1;
 
+/// In [`Entry::node`] once the graph is built, marks the last entry of its channel: a
+/// channel's entries sit side by side, so this is all that ends them (a link to the next
+/// entry took 4 bytes an entry, 114 MB at 10M channels).
+const LAST: u32 = 1 << 31;
+
 /// In [`Entry::back`], marks the first entry of a list; the bits below are its slot × 3 +
 /// kind. Entries and lists are numbered below it (asserted where they are made).
 const HEAD: u32 = 1 << 31;
@@ -82,24 +87,25 @@ pub(crate) struct Exchange {
     home: Vec<u32>,
     first: Vec<u32>,
     entries: Vec<Entry>,
-    free: Vec<u32>,
+    /// Free blocks of entries by their length: `free[n]` starts blocks of `n` entries.
+    free: Vec<Vec<u32>>,
     placed_channels: usize,
     // channels that may sit away from their home, since the last `take_displaced`
     displaced: Vec<u32>,
     displaced_mark: Vec<bool>,
 }
 
-/// One member node of one channel. Moving a channel reads and writes every field of each of
-/// its entries, and walking an arc list reads an entry's channel and its neighbours' links:
-/// side by side, an entry's fields come in one cache line (two for some entries), where an
-/// array per field took five. And the entries of a large graph are one allocation, large
+/// One member node of one channel; a channel's entries are one block, from `first[c]` to
+/// the entry marked [`LAST`]. Moving a channel reads and writes every field of each of its
+/// entries, and walking an arc list reads an entry's channel and its neighbours' links: side
+/// by side, an entry's fields come in one cache line (two for some entries), where an array
+/// per field took five. And the entries of a large graph are one allocation, large
 /// enough that the allocator maps it fresh from the kernel, on huge pages ([`pages`]).
 #[derive(Clone, Copy, zerocopy::FromZeros)]
 struct Entry {
     channel: u32,
+    /// The member node, [`LAST`] set on the channel's last entry.
     node: u32,
-    /// The channel's next entry.
-    sib: u32,
     /// The next entry in its arc list.
     next: u32,
     /// What comes before a linked entry in its list: the previous entry, or, for the list's
@@ -136,24 +142,43 @@ impl Exchange {
     }
 
     /// A graph holding every channel at once, as [`Exchange::insert`] would one by one:
-    /// channel `c` with member nodes `members.of(c)` and home `home[c]`, on node `at[c]`
+    /// channel `c` with member nodes `members.nodes(c)` and home `home[c]`, on node `at[c]`
     /// (`NIL`: not in the graph). Much faster: entries are laid out by the node their channel
     /// sits on, and arcs are linked one node's row of the slot table at a time; inserting in
-    /// channel order missed the cache at almost every arc.
+    /// channel order missed the cache at almost every arc. The graph keeps `home` and `at` as
+    /// its own arrays (copies would be 80 MB more at 10M channels, at the plan's peak).
     ///
     /// Two passes. The first, in channel order, scatters each entry's channel and node (its
     /// arc kind tagged on) to its node's row: one write stream per node. The second, row by
     /// row, writes everything else in sequence: untags the node, chains a channel's entries
     /// (they sit side by side) and links the arcs.
-    pub(crate) fn with_channels(width: usize, members: &Lists, home: &[u32], at: &[u32]) -> Self {
-        Self::fill(Self::new(width, at.len(), 0), members, home, at)
+    pub(crate) fn with_channels(
+        width: usize,
+        members: &impl MemberNodes,
+        home: Vec<u32>,
+        at: Vec<u32>,
+    ) -> Self {
+        assert_eq!(home.len(), at.len(), "a home and a place per channel");
+        let channels = at.len();
+        let mut ex = Self::new(width, 0, 0);
+        ex.at = at;
+        ex.home = home;
+        ex.first = pages::filled(channels, NIL);
+        ex.displaced_mark = vec![false; channels];
+        Self::fill(ex, members)
     }
 
     /// [`Exchange::with_channels`] in this graph's memory, which is of no more use: its
-    /// arrays are emptied and filled again. A full plan with a previous assignment builds the
-    /// graph twice; fresh arrays the second time would be tens of thousands of pages more,
-    /// each a fault into the kernel, where these pages are already the process's.
-    pub(crate) fn rebuilt(mut self, members: &Lists, home: &[u32], at: &[u32]) -> Self {
+    /// arrays are emptied and filled again, every channel on `at`, its home as `homes` says.
+    /// A full plan with a previous assignment builds the graph twice; fresh arrays the second
+    /// time would be tens of thousands of pages more, each a fault into the kernel, where
+    /// these pages are already the process's.
+    pub(crate) fn rebuilt(
+        mut self,
+        members: &impl MemberNodes,
+        homes: Homes,
+        at: Vec<u32>,
+    ) -> Self {
         if let Slots::Dense(slots) = &mut self.slots {
             // Only the pairs in use are set: clearing them costs the pairs, not width².
             for (a, nbrs) in self.nbrs.iter().enumerate() {
@@ -171,26 +196,36 @@ impl Exchange {
         self.rnbrs = None;
         self.load.fill(0);
         let channels = at.len();
-        for per_channel in [&mut self.at, &mut self.home, &mut self.first] {
-            per_channel.clear();
-            per_channel.resize(channels, NIL);
+        match homes {
+            Homes::Kept => self.home.resize(channels, NIL),
+            Homes::Places => {
+                self.home.clear();
+                self.home.extend_from_slice(&at);
+            }
         }
+        self.at = at;
+        self.first.clear();
+        self.first.resize(channels, NIL);
         self.free.clear();
         self.placed_channels = 0;
         self.displaced.clear();
         self.displaced_mark.clear();
         self.displaced_mark.resize(channels, false);
-        Self::fill(self, members, home, at)
+        Self::fill(self, members)
     }
 
-    /// Fills an empty graph: the body of [`Exchange::with_channels`].
-    fn fill(mut ex: Self, members: &Lists, home: &[u32], at: &[u32]) -> Self {
-        let (width, channels) = (ex.width, at.len());
+    /// Fills a graph with no entries whose `at` and `home` are set: the body of
+    /// [`Exchange::with_channels`]. A channel not in the graph gets no home.
+    fn fill(mut ex: Self, members: &impl MemberNodes) -> Self {
+        let (width, channels) = (ex.width, ex.at.len());
         assert!(width <= NODE_MASK as usize, "too many nodes to tag");
         // Where each node's row of entries starts.
         let mut next = vec![0u32; width + 1];
-        for c in (0..channels).filter(|&c| at[c] != NIL) {
-            next[at[c] as usize + 1] += members.of(c).len() as u32;
+        for c in 0..channels {
+            match ex.at[c] {
+                NIL => ex.home[c] = NIL,
+                a => next[a as usize + 1] += members.count(c) as u32,
+            }
         }
         for v in 1..next.len() {
             next[v] += next[v - 1];
@@ -200,22 +235,26 @@ impl Exchange {
         // only ones that read it), so zeroed memory will do: fresh, it costs no pass of its own.
         let entries = next[width] as usize;
         assert!(entries < HEAD as usize, "too many membership entries");
-        pages::zeroed_in(&mut ex.entries, entries);
-        for c in (0..channels).filter(|&c| at[c] != NIL) {
-            let (a, h) = (at[c], home[c]);
-            ex.at[c] = a;
-            ex.home[c] = h;
+        // With room for a sixteenth more: a channel whose members change moves to a block
+        // at the end, and the first such block would otherwise reallocate every entry (its
+        // pages are never touched until used).
+        pages::zeroed_in(&mut ex.entries, entries, entries / 16);
+        for c in 0..channels {
+            let (a, h) = (ex.at[c], ex.home[c]);
+            if a == NIL {
+                continue;
+            }
             ex.load[a as usize] += 1;
             ex.placed_channels += 1;
-            let list = members.of(c);
             let base = next[a as usize];
-            next[a as usize] += list.len() as u32;
             ex.first[c] = base;
-            for (j, &m) in list.iter().enumerate() {
-                let e = base as usize + j;
+            let mut e = base as usize;
+            for m in members.nodes(c) {
                 ex.entries[e].channel = c as u32;
                 ex.entries[e].node = m | (ex.kind_of(c as u32, a, m) as u32) << KIND_SHIFT;
+                e += 1;
             }
+            next[a as usize] = e as u32;
             if a != h {
                 ex.displace(c as u32);
             }
@@ -268,13 +307,8 @@ impl Exchange {
                 let i = e as usize;
                 let tagged = ex.entries[i].node;
                 let m = tagged & NODE_MASK;
-                ex.entries[i].node = m;
-                ex.entries[i].sib =
-                    if e + 1 < row_end && ex.entries[i + 1].channel == ex.entries[i].channel {
-                        e + 1
-                    } else {
-                        NIL
-                    };
+                let last = e + 1 == row_end || ex.entries[i + 1].channel != ex.entries[i].channel;
+                ex.entries[i].node = if last { m | LAST } else { m };
                 if m == a as u32 {
                     ex.entries[i].back = NIL;
                     continue;
@@ -444,14 +478,7 @@ impl Exchange {
         self.home[c] = home;
         self.load[at as usize] += 1;
         self.placed_channels += 1;
-        for &m in members.iter().rev() {
-            let e = self.new_entry(channel, m);
-            self.entries[e as usize].sib = self.first[c];
-            self.first[c] = e;
-            if m != at {
-                self.link(e, at, m, self.kind_of(channel, at, m));
-            }
-        }
+        self.place_block(channel, members);
         // Placed away from home without ever moving (a full plan's first placement, a channel
         // waiting on the source): the list must know, or the channel keeps a stale home.
         if at != home {
@@ -462,13 +489,7 @@ impl Exchange {
     /// Removes a channel from the graph (it has no valid bot any more).
     pub(crate) fn remove(&mut self, channel: u32) {
         let c = channel as usize;
-        let mut e = self.first[c];
-        while e != NIL {
-            let next = self.entries[e as usize].sib;
-            self.unlink(e);
-            self.free.push(e);
-            e = next;
-        }
+        self.free_block(channel);
         self.load[self.at[c] as usize] -= 1;
         self.placed_channels -= 1;
         self.first[c] = NIL;
@@ -484,14 +505,12 @@ impl Exchange {
         self.at[c] = to;
         self.load[from as usize] -= 1;
         self.load[to as usize] += 1;
-        let mut e = self.first[c];
-        while e != NIL {
+        for e in self.block(channel) {
             self.unlink(e);
-            let m = self.entries[e as usize].node;
+            let m = self.node_of(e);
             if m != to {
                 self.link(e, to, m, self.kind_of(channel, to, m));
             }
-            e = self.entries[e as usize].sib;
         }
         self.displace(channel);
     }
@@ -507,48 +526,95 @@ impl Exchange {
             self.displace(channel);
         }
         let at = self.at[c];
-        let mut e = self.first[c];
-        while e != NIL {
-            let m = self.entries[e as usize].node;
+        for e in self.block(channel) {
+            let m = self.node_of(e);
             if m != at {
                 self.unlink(e);
                 self.link(e, at, m, self.kind_of(channel, at, m));
             }
-            e = self.entries[e as usize].sib;
         }
     }
 
-    /// Adds member node `node` to a channel in the graph.
+    /// Adds member node `node` to a channel in the graph. Its entries move to a block one
+    /// longer (membership changes are rare; moves, which are not, read a block in order).
     pub(crate) fn add_member(&mut self, channel: u32, node: u32) {
-        let c = channel as usize;
-        let e = self.new_entry(channel, node);
-        self.entries[e as usize].sib = self.first[c];
-        self.first[c] = e;
-        let at = self.at[c];
-        self.link(e, at, node, self.kind_of(channel, at, node));
+        let members: Vec<u32> = std::iter::once(node).chain(self.members(channel)).collect();
+        self.free_block(channel);
+        self.place_block(channel, &members);
     }
 
     /// Removes member `node` from a channel that is not placed on it.
     pub(crate) fn remove_member(&mut self, channel: u32, node: u32) {
-        let c = channel as usize;
-        debug_assert!(self.at[c] != node);
-        let mut prev = NIL;
-        let mut e = self.first[c];
-        while e != NIL {
-            let next = self.entries[e as usize].sib;
-            if self.entries[e as usize].node == node {
-                self.unlink(e);
-                if prev == NIL {
-                    self.first[c] = next;
-                } else {
-                    self.entries[prev as usize].sib = next;
-                }
-                self.free.push(e);
-                return;
-            }
-            prev = e;
-            e = next;
+        debug_assert!(self.at[channel as usize] != node);
+        let members: Vec<u32> = self.members(channel).filter(|&m| m != node).collect();
+        self.free_block(channel);
+        self.place_block(channel, &members);
+    }
+
+    /// A channel's entries, first to last (none for a channel not in the graph).
+    fn block(&self, channel: u32) -> std::ops::Range<u32> {
+        let first = self.first[channel as usize];
+        if first == NIL {
+            return 0..0;
         }
+        let mut last = first;
+        while self.entries[last as usize].node & LAST == 0 {
+            last += 1;
+        }
+        first..last + 1
+    }
+
+    fn node_of(&self, e: u32) -> u32 {
+        self.entries[e as usize].node & !LAST
+    }
+
+    /// Gives a placed channel (`at` set) a block of entries for `members`, and links them.
+    fn place_block(&mut self, channel: u32, members: &[u32]) {
+        let c = channel as usize;
+        let len = members.len();
+        if len == 0 {
+            self.first[c] = NIL;
+            return;
+        }
+        let first = match self.free.get_mut(len).and_then(Vec::pop) {
+            Some(first) => first,
+            None => {
+                let first = self.entries.len();
+                assert!(first + len < HEAD as usize, "too many membership entries");
+                self.entries.resize(first + len, Entry::unlinked(NIL, NIL));
+                first as u32
+            }
+        };
+        self.first[c] = first;
+        for (j, &m) in members.iter().enumerate() {
+            let node = if j + 1 == len { m | LAST } else { m };
+            self.entries[first as usize + j] = Entry::unlinked(channel, node);
+        }
+        // The last member linked first, as when a channel's entries were a chain: the lists'
+        // order decides which of several equal channels a search takes.
+        let at = self.at[c];
+        for (j, &m) in members.iter().enumerate().rev() {
+            if m != at {
+                self.link(first + j as u32, at, m, self.kind_of(channel, at, m));
+            }
+        }
+    }
+
+    /// Unlinks a channel's entries and frees their block.
+    fn free_block(&mut self, channel: u32) {
+        let block = self.block(channel);
+        if block.is_empty() {
+            return;
+        }
+        let (first, len) = (block.start, block.len());
+        for e in block {
+            self.unlink(e);
+        }
+        if self.free.len() <= len {
+            self.free.resize_with(len + 1, Vec::new);
+        }
+        self.free[len].push(first);
+        self.first[channel as usize] = NIL;
     }
 
     /// Channels that may sit away from their home: moved, inserted elsewhere or given another
@@ -568,17 +634,6 @@ impl Exchange {
             self.displaced_mark[c] = true;
             self.displaced.push(channel);
         }
-    }
-
-    fn new_entry(&mut self, channel: u32, node: u32) -> u32 {
-        if let Some(e) = self.free.pop() {
-            self.entries[e as usize] = Entry::unlinked(channel, node);
-            return e;
-        }
-        let e = self.entries.len() as u32;
-        assert!(e < HEAD, "too many membership entries");
-        self.entries.push(Entry::unlinked(channel, node));
-        e
     }
 
     fn slot(&self, a: u32, x: u32) -> Option<u32> {
@@ -678,12 +733,11 @@ impl Exchange {
 }
 
 impl Entry {
-    /// A new entry, in no list and no channel's chain yet.
+    /// A new entry, in no list yet.
     fn unlinked(channel: u32, node: u32) -> Self {
         Entry {
             channel,
             node,
-            sib: NIL,
             next: NIL,
             back: NIL,
         }
@@ -698,13 +752,49 @@ pub(crate) struct Nbr {
     pub slot: u32,
 }
 
-/// One list of nodes per channel, stored flat.
-pub(crate) struct Lists {
-    offsets: Vec<u32>,
-    nodes: Vec<u32>,
+/// Each channel's member nodes, where a graph built at once reads them. The same nodes in
+/// the same order each time a channel is asked.
+pub(crate) trait MemberNodes {
+    fn nodes(&self, channel: usize) -> impl Iterator<Item = u32> + '_;
+
+    /// How many nodes [`MemberNodes::nodes`] gives.
+    fn count(&self, channel: usize) -> usize;
 }
 
-impl Lists {
+/// What a rebuilt graph takes as each channel's home.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Homes {
+    /// The homes the graph has.
+    Kept,
+    /// Each channel's new place.
+    Places,
+}
+
+/// A node as [`Lists`] keeps it: `u16` where every node fits, `u32` otherwise.
+pub(crate) trait ListedNode: Copy + Eq + Into<u32> {
+    /// `node` in this width (it fits: the caller chose the width for the graph's).
+    fn listed(node: u32) -> Self;
+}
+
+impl ListedNode for u16 {
+    fn listed(node: u32) -> Self {
+        u16::try_from(node).expect("node listed in two bytes")
+    }
+}
+
+impl ListedNode for u32 {
+    fn listed(node: u32) -> Self {
+        node
+    }
+}
+
+/// One list of nodes per channel, stored flat.
+pub(crate) struct Lists<N> {
+    offsets: Vec<u32>,
+    nodes: Vec<N>,
+}
+
+impl<N: ListedNode> Lists<N> {
     pub(crate) fn with_capacity(channels: usize, nodes: usize) -> Self {
         let mut offsets = Vec::with_capacity(channels + 1);
         offsets.push(0);
@@ -716,12 +806,22 @@ impl Lists {
 
     /// Appends the next channel's list.
     pub(crate) fn push(&mut self, nodes: impl IntoIterator<Item = u32>) {
-        self.nodes.extend(nodes);
+        self.nodes.extend(nodes.into_iter().map(N::listed));
         self.offsets.push(self.nodes.len() as u32);
     }
 
-    pub(crate) fn of(&self, c: usize) -> &[u32] {
+    pub(crate) fn of(&self, c: usize) -> &[N] {
         &self.nodes[self.offsets[c] as usize..self.offsets[c + 1] as usize]
+    }
+}
+
+impl<N: ListedNode> MemberNodes for Lists<N> {
+    fn nodes(&self, channel: usize) -> impl Iterator<Item = u32> + '_ {
+        self.of(channel).iter().map(|&n| n.into())
+    }
+
+    fn count(&self, channel: usize) -> usize {
+        self.of(channel).len()
     }
 }
 
@@ -738,9 +838,13 @@ impl Iterator for Members<'_> {
         if self.entry == NIL {
             return None;
         }
-        let e = self.entry as usize;
-        self.entry = self.ex.entries[e].sib;
-        Some(self.ex.entries[e].node)
+        let node = self.ex.entries[self.entry as usize].node;
+        self.entry = if node & LAST != 0 {
+            NIL
+        } else {
+            self.entry + 1
+        };
+        Some(node & !LAST)
     }
 }
 
@@ -804,7 +908,7 @@ mod tests {
             (&[1, 2], 1, NIL),
             (&[2, 1], 2, 1),
         ];
-        let mut lists = Lists::with_capacity(channels.len(), 12);
+        let mut lists = Lists::<u32>::with_capacity(channels.len(), 12);
         for (members, _, _) in channels {
             lists.push(members.iter().copied());
         }
@@ -814,7 +918,7 @@ mod tests {
         // a channel removed (its entries free), a member added, reverse pairs made.
         let used = |width| {
             let first: Vec<u32> = (0..channels.len()).map(|c| lists.of(c)[0]).collect();
-            let mut ex = Exchange::with_channels(width, &lists, &vec![NIL; channels.len()], &first);
+            let mut ex = Exchange::with_channels(width, &lists, vec![NIL; channels.len()], first);
             ex.reverse_pairs();
             ex.move_to(0, 3);
             ex.remove(2);
@@ -832,8 +936,14 @@ mod tests {
                 }
             }
             let mut at_once = match memory {
-                "fresh" => Exchange::with_channels(width, &lists, &home, &at),
-                _ => used(width).rebuilt(&lists, &home, &at),
+                "fresh" => Exchange::with_channels(width, &lists, home.clone(), at.clone()),
+                _ => {
+                    let mut ex = used(width);
+                    for (c, &h) in home.iter().enumerate() {
+                        ex.set_home(c as u32, h);
+                    }
+                    ex.rebuilt(&lists, Homes::Kept, at.clone())
+                }
             };
             assert_eq!(
                 at_once.entries(),
@@ -900,6 +1010,50 @@ mod tests {
         assert!(ex.take_displaced().is_empty());
         ex.set_home(0, 2);
         assert_eq!(ex.take_displaced(), [0]);
+    }
+
+    #[test]
+    fn a_graph_rebuilt_with_its_places_as_homes_has_every_channel_at_home() {
+        let mut lists = Lists::<u16>::with_capacity(3, 6);
+        for members in [&[1, 2][..], &[2, 3], &[1, 3]] {
+            lists.push(members.iter().copied());
+        }
+        let ex = Exchange::with_channels(4, &lists, vec![1, 3, NIL], vec![2, 3, 1]);
+        let rebuilt = ex.rebuilt(&lists, Homes::Places, vec![2, 2, NIL]);
+        assert_eq!(
+            (0..3).map(|c| rebuilt.home(c)).collect::<Vec<_>>(),
+            [2, 2, NIL]
+        );
+        assert_eq!(rebuilt.channels_in_graph(), 2);
+        assert_eq!(arcs(&rebuilt, 2), [(1, Kind::Leave), (3, Kind::Leave)]);
+        assert!(rebuilt.displaced().is_empty());
+    }
+
+    #[test]
+    fn a_channel_whose_members_change_moves_to_a_block_of_its_new_length() {
+        let mut ex = Exchange::new(5, 2, 0);
+        ex.insert(0, &[1, 2, 3], 1, 1);
+        ex.remove_member(0, 3);
+        assert_eq!(ex.members(0).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(arcs(&ex, 1), [(2, Kind::Leave)]);
+        assert_eq!(
+            ex.entries.len(),
+            5,
+            "a block of two after the freed block of three"
+        );
+        ex.add_member(0, 4);
+        assert_eq!(ex.members(0).collect::<Vec<_>>(), [4, 1, 2]);
+        assert_eq!(arcs(&ex, 1), [(2, Kind::Leave), (4, Kind::Leave)]);
+        assert_eq!(ex.entries.len(), 5, "the freed block of three again");
+        // The freed block of two takes a channel of two members; its arcs are its own.
+        ex.insert(1, &[3, 4], NIL, 3);
+        assert_eq!(ex.entries.len(), 5);
+        assert_eq!(ex.members(1).collect::<Vec<_>>(), [3, 4]);
+        assert_eq!(ex.any_channel_on_arc(3, 4), Some(1));
+        assert_eq!(ex.any_channel_on_arc(1, 4), Some(0));
+        ex.move_to(0, 4);
+        assert_eq!(arcs(&ex, 4), [(1, Kind::Return), (2, Kind::Neutral)]);
+        assert_eq!(ex.load(4), 1);
     }
 
     #[test]

@@ -32,12 +32,13 @@ mod exchange;
 mod flow;
 mod levels;
 
-use exchange::{Exchange, Lists, NIL, SOURCE};
+use exchange::{Exchange, Homes, ListedNode, Lists, MemberNodes, NIL, SOURCE};
 use flow::{Cost, Flow};
 
 use crate::balance::Outcome;
 use crate::balance::rules::{BalanceBy, Resolved};
 use crate::index::{BotIx, ChanIx, Journal, PlatformIndex};
+use crate::pages;
 
 /// The reusable solver state of one platform. Between plans every channel in the graph is at
 /// its home, the index's assignee once the plan is applied.
@@ -58,13 +59,25 @@ impl State {
     /// Plans a platform from scratch; the index's assignees are the previous assignment.
     /// With `keep`, the state is made ready for [`State::replan`] (every channel's place
     /// becomes its home); a one-off plan skips that.
-    pub(crate) fn build(
+    pub(crate) fn build(index: &PlatformIndex, resolved: &Resolved, keep: bool) -> Self {
+        // The source, the bots, and room for a few bots that appear later without a rebuild.
+        let width = index.bot_count() + 1 + 8 + index.bot_count() / 32;
+        // Nodes listed in two bytes where they fit: the lists are alive while the graph is
+        // built, the plan's peak (10M channels: 57 MB less).
+        if width <= 1 << 16 {
+            Self::build_listing::<u16>(index, resolved, keep, width)
+        } else {
+            Self::build_listing::<u32>(index, resolved, keep, width)
+        }
+    }
+
+    /// [`State::build`] with the valid nodes listed as `N`s.
+    fn build_listing<N: ListedNode>(
         index: &PlatformIndex,
         resolved: &Resolved,
         keep: bool,
-    ) -> (Self, Vec<Option<BotIx>>) {
-        // The source, the bots, and room for a few bots that appear later without a rebuild.
-        let width = index.bot_count() + 1 + 8 + index.bot_count() / 32;
+        width: usize,
+    ) -> Self {
         let channels = index.channel_count();
         let mut active = vec![false; width];
         for b in 0..index.bot_count() as BotIx {
@@ -74,39 +87,39 @@ impl State {
         // Valid nodes of every channel. Step 1 starts here: a channel with a single valid bot
         // has nowhere else to go and would come first in step 1's order anyway, so it is
         // placed as it is listed (about half the channels of a typical fleet).
-        let mut valid_lists = Lists::with_capacity(channels, index.total_memberships());
-        let mut home = vec![NIL; channels];
+        let mut valid_lists = Lists::<N>::with_capacity(channels, index.total_memberships());
+        let mut home = pages::filled(channels, NIL);
         let mut has_previous = false;
         let mut load = vec![0u32; width];
-        let mut place = vec![NIL; channels];
+        let mut place = pages::filled(channels, NIL);
         // Valid bots beyond the first, for the channels step 1 still has to place.
         let mut options = vec![NIL; channels];
         for c in 0..channels as ChanIx {
             valid_lists.push(resolved.valid_bots(index, c).map(node));
             let valid = valid_lists.of(c as usize);
-            if let Some(prev) = index.assignee(c).map(node).filter(|v| valid.contains(v)) {
-                home[c as usize] = prev;
+            let previous = index.assignee(c).map(|b| N::listed(node(b)));
+            if let Some(prev) = previous.filter(|v| valid.contains(v)) {
+                home[c as usize] = prev.into();
                 has_previous = true;
             }
             match valid {
                 [] => {}
                 &[only] => {
-                    place[c as usize] = only;
-                    load[only as usize] += 1;
+                    place[c as usize] = only.into();
+                    load[only.into() as usize] += 1;
                 }
                 more => options[c as usize] = more.len() as u32 - 1,
             }
         }
-        let valid_of = |c: usize| valid_lists.of(c);
 
         // Step 1: fewest options first, each to its least-loaded valid bot (home on ties).
         let order = grouped(&options);
         drop(options);
         for &c in &order {
             let h = home[c as usize];
-            let best = *valid_of(c as usize)
-                .iter()
-                .min_by_key(|&&v| (load[v as usize], v != h))
+            let best = valid_lists
+                .nodes(c as usize)
+                .min_by_key(|&v| (load[v as usize], v != h))
                 .expect("channel has a valid bot");
             place[c as usize] = best;
             load[best as usize] += 1;
@@ -115,13 +128,10 @@ impl State {
 
         // Without any previous assignment the first placement is the reference, so only
         // channels that phase A moves need re-filing afterwards.
-        let mut ex = Exchange::with_channels(
-            width,
-            &valid_lists,
-            if has_previous { &home } else { &place },
-            &place,
-        );
-        drop(place);
+        if !has_previous {
+            home.copy_from_slice(&place);
+        }
+        let mut ex = Exchange::with_channels(width, &valid_lists, home, place);
 
         // Step 2: least Σ load², with each bot's level.
         let beta = levels::settle_levels(&mut ex, &active);
@@ -151,11 +161,12 @@ impl State {
             if back.len() > channels / 8 {
                 // Many go back (with a previous assignment from elsewhere, most do): building the
                 // graph anew is cheaper than moving them one by one.
-                let mut at = ex.places().to_vec();
+                let mut at = pages::with_capacity(channels);
+                at.extend_from_slice(ex.places());
                 for &c in &back {
                     at[c as usize] = ex.home(c);
                 }
-                ex = ex.rebuilt(&valid_lists, &home, &at);
+                ex = ex.rebuilt(&valid_lists, Homes::Kept, at);
             } else {
                 for &c in &back {
                     ex.move_to(c, ex.home(c));
@@ -166,8 +177,9 @@ impl State {
         if keep && away_from_home(&ex) > channels / 8 {
             // Every channel's place becomes its home: with many away from home, building the
             // graph that way costs less than re-filing their arcs one by one.
-            let at = ex.places().to_vec();
-            ex = ex.rebuilt(&valid_lists, &at, &at);
+            let mut at = pages::with_capacity(channels);
+            at.extend_from_slice(ex.places());
+            ex = ex.rebuilt(&valid_lists, Homes::Places, at);
         }
         let mut state = State { ex, flow };
         if keep {
@@ -176,8 +188,7 @@ impl State {
             // plan, rather than in the first re-plan, which should cost the size of its change.
             state.ex.reverse_pairs();
         }
-        let assignment = state.assignment();
-        (state, assignment)
+        state
     }
 
     /// Re-plans after the changes in `journal`, with the last plan as the previous assignment.
@@ -392,10 +403,37 @@ impl State {
         }
     }
 
-    fn assignment(&self) -> Vec<Option<BotIx>> {
+    /// Every channel's bot.
+    pub(crate) fn assignment(&self) -> Vec<Option<BotIx>> {
         (0..self.ex.channel_capacity() as u32)
             .map(|c| self.placed_on(c))
             .collect()
+    }
+
+    /// The plan as the channels whose bot differs from the index's: every channel's bot
+    /// would be 80 MB at 10M channels, beside the graph at the plan's peak.
+    pub(crate) fn outcome(&self, index: &PlatformIndex, resolved: &Resolved) -> Outcome {
+        let (mut assigned, mut unassigned) = (0, 0);
+        let mut channels = Vec::new();
+        for c in 0..index.channel_count() as ChanIx {
+            if resolved.is_excluded(c) {
+                continue;
+            }
+            let bot = self.placed_on(c);
+            if bot.is_some() {
+                assigned += 1;
+            } else {
+                unassigned += 1;
+            }
+            if bot != index.assignee(c) {
+                channels.push((c, bot));
+            }
+        }
+        Outcome::Changed {
+            channels,
+            assigned,
+            unassigned,
+        }
     }
 }
 
