@@ -52,7 +52,7 @@ pub(crate) mod logs;
 pub(crate) mod metrics;
 pub(crate) mod model;
 pub(crate) mod operator;
-pub(crate) mod pages;
+pub mod pages;
 pub mod pallas;
 pub(crate) mod presence;
 pub mod publication;

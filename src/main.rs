@@ -488,7 +488,7 @@ fn run_plan(
     balance_by: BalanceBy,
     output: Option<&std::path::Path>,
 ) -> ExitCode {
-    keep_freed_memory();
+    auto_assign::pages::keep_freed_memory();
     let mut progress = Progress::start();
     // The whole file in memory: parsing from a slice lets the parser borrow every string.
     let bytes = match std::fs::read(input) {
@@ -588,33 +588,6 @@ fn run_plan(
             eprintln!("error: writing the assignment: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Makes what `plan` frees serve what it allocates next, instead of going back to the kernel.
-///
-/// glibc maps every block of 32 MiB and more on its own and unmaps it when freed, and gives
-/// back the top of its heap past a threshold. A `plan` run frees its largest blocks just
-/// before it needs as much again: the input (132 MB at a million channels) once it is parsed,
-/// a hash table's old arrays each time it grows. So the planner's arrays came from fresh
-/// pages, a fault and a cleared page each 4 KiB (or a huge page the kernel must find), and
-/// on a VM whose host has taken memory back, first touches run at a fraction of their usual
-/// speed. From one heap whose top is kept, they reuse the pages just freed: on the
-/// million-channel snapshot 71k page faults against 90k, the planning phase 0.22–0.27 s in
-/// every run against 0.24–0.53 s (docs/performance.md, `--plan-io`). Only `plan` does this:
-/// it is one process that ends when the plan is written, so the kernel gets the memory back
-/// then; the service runs for months and gives it back as it goes.
-fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `mallopt` only sets glibc's malloc parameters; it takes the allocator's lock,
-    // touches no memory of ours, and any value is valid for these two (a bad one is refused
-    // with 0, and the defaults stay).
-    unsafe {
-        // No block on its own mapping (a heap that cannot grow still maps more, as glibc
-        // does past a failed `brk`), and the heap's top kept up to 2 GiB, the most `mallopt`
-        // takes: more than a plan frees at once.
-        libc::mallopt(libc::M_MMAP_MAX, 0);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
     }
 }
 

@@ -237,7 +237,8 @@ const LARGE_GRAPH: usize = 1 << 20;
 
 /// After an optimal plan's graph of platform `p` was freed: a large one leaves hundreds of
 /// megabytes of the allocator's heap free but resident, under the next plan's peak
-/// ([`crate::pages::give_back_freed`]: about 7 ms at 10M channels, where a plan takes 3 s).
+/// ([`crate::pages::give_back_freed`]: about 7 ms at 10M channels, where a plan takes 3 s,
+/// each of the allocator's arenas locked in turn meanwhile).
 fn freed_a_graph(p: &PlatformIndex) {
     if p.total_memberships() >= LARGE_GRAPH {
         crate::pages::give_back_freed();
