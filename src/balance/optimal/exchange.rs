@@ -89,6 +89,8 @@ pub(crate) struct Exchange {
     entries: Vec<Entry>,
     /// Free blocks of entries by their length: `free[n]` starts blocks of `n` entries.
     free: Vec<Vec<u32>>,
+    /// Entries in free blocks.
+    free_entries: usize,
     placed_channels: usize,
     // channels that may sit away from their home, since the last `take_displaced`
     displaced: Vec<u32>,
@@ -135,6 +137,7 @@ impl Exchange {
             first: pages::filled(channels, NIL),
             entries: Vec::with_capacity(entries),
             free: Vec::new(),
+            free_entries: 0,
             placed_channels: 0,
             displaced: Vec::new(),
             displaced_mark: vec![false; channels],
@@ -207,6 +210,7 @@ impl Exchange {
         self.first.clear();
         self.first.resize(channels, NIL);
         self.free.clear();
+        self.free_entries = 0;
         self.placed_channels = 0;
         self.displaced.clear();
         self.displaced_mark.clear();
@@ -354,6 +358,12 @@ impl Exchange {
             self.first.resize(channels, NIL);
             self.displaced_mark.resize(channels, false);
         }
+    }
+
+    /// Entries in free blocks: a channel whose members changed left its block for one of its
+    /// new length, and a block of one length does not serve another.
+    pub(crate) fn free_entries(&self) -> usize {
+        self.free_entries
     }
 
     /// Membership entries, in use or free.
@@ -577,7 +587,10 @@ impl Exchange {
             return;
         }
         let first = match self.free.get_mut(len).and_then(Vec::pop) {
-            Some(first) => first,
+            Some(first) => {
+                self.free_entries -= len;
+                first
+            }
             None => {
                 let first = self.entries.len();
                 assert!(first + len < HEAD as usize, "too many membership entries");
@@ -614,6 +627,7 @@ impl Exchange {
             self.free.resize_with(len + 1, Vec::new);
         }
         self.free[len].push(first);
+        self.free_entries += len;
         self.first[channel as usize] = NIL;
     }
 
@@ -1045,9 +1059,11 @@ mod tests {
         assert_eq!(ex.members(0).collect::<Vec<_>>(), [4, 1, 2]);
         assert_eq!(arcs(&ex, 1), [(2, Kind::Leave), (4, Kind::Leave)]);
         assert_eq!(ex.entries.len(), 5, "the freed block of three again");
+        assert_eq!(ex.free_entries(), 2);
         // The freed block of two takes a channel of two members; its arcs are its own.
         ex.insert(1, &[3, 4], NIL, 3);
         assert_eq!(ex.entries.len(), 5);
+        assert_eq!(ex.free_entries(), 0);
         assert_eq!(ex.members(1).collect::<Vec<_>>(), [3, 4]);
         assert_eq!(ex.any_channel_on_arc(3, 4), Some(1));
         assert_eq!(ex.any_channel_on_arc(1, 4), Some(0));

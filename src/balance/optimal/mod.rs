@@ -201,6 +201,11 @@ impl State {
         if journal.overflow || index.bot_count() + 1 > self.ex.width() {
             return Err(Stale);
         }
+        // Blocks freed by channels whose members changed serve only channels of their length:
+        // past a quarter of the entries, a graph built anew has none.
+        if self.ex.free_entries() > self.ex.entries() / 4 {
+            return Err(Stale);
+        }
         // Past a sixteenth of the channels, building the graph anew costs less than updating
         // it and routing the change (a tenth took half as long again as a full plan). Counted
         // before the journal is sorted: sorting one that large would be wasted.
@@ -508,7 +513,34 @@ fn back_home(ex: &Exchange, beta: &[i64]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::distinct;
+    use super::{State, distinct};
+    use crate::balance::Rules;
+    use crate::index::{Journal, PlatformIndex};
+
+    #[test]
+    fn a_graph_with_a_quarter_of_its_entries_in_free_blocks_is_built_anew() {
+        let mut p = PlatformIndex::new("onebot");
+        let bots: Vec<_> = ["1", "2", "3"].iter().map(|b| p.add_bot(b)).collect();
+        for c in 0..8 {
+            let channel = p.add_channel(&format!("{}", 100 + c));
+            for &b in &bots[..1 + c % 3] {
+                p.join(b, channel);
+            }
+        }
+        for &b in &bots {
+            p.set_online(b, true);
+        }
+        p.take_journal();
+        let resolved = Rules::default().resolve(&p);
+        let mut state = State::build(&p, &resolved, true);
+        assert!(state.replan(&p, &resolved, &Journal::default()).is_ok());
+        // Channels leaving the graph free their blocks: a quarter of the entries and more.
+        for c in 0..3 {
+            state.ex.remove(c);
+        }
+        assert!(state.ex.free_entries() * 4 > state.ex.entries());
+        assert!(state.replan(&p, &resolved, &Journal::default()).is_err());
+    }
 
     #[test]
     fn distinct_counts_each_channel_once_and_out_of_range_ones_every_time() {
