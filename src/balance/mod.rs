@@ -521,6 +521,32 @@ impl Planner {
     }
 }
 
+/// A plan giving channel `c` the bot `bot_of(c)`, as its changes to the index's assignment
+/// (excluded channels left out), with how many channels it assigns and leaves unassigned.
+pub(crate) fn changes_to(
+    p: &PlatformIndex,
+    resolved: &Resolved,
+    bot_of: impl Fn(ChanIx) -> Option<BotIx>,
+) -> (Vec<(ChanIx, Option<BotIx>)>, usize, usize) {
+    let (mut assigned, mut unassigned) = (0, 0);
+    let mut channels = Vec::new();
+    for c in 0..p.channel_count() as ChanIx {
+        if resolved.is_excluded(c) {
+            continue;
+        }
+        let bot = bot_of(c);
+        if bot.is_some() {
+            assigned += 1;
+        } else {
+            unassigned += 1;
+        }
+        if bot != p.assignee(c) {
+            channels.push((c, bot));
+        }
+    }
+    (channels, assigned, unassigned)
+}
+
 /// Compares a strategy's outcome with the index's assignment: changes, moves, statistics.
 fn finish(
     p: &PlatformIndex,
@@ -537,26 +563,7 @@ fn finish(
         }
     }
     let (candidates, assigned, unassigned) = match outcome {
-        Outcome::Full(assignee) => {
-            let mut assigned = 0;
-            let mut unassigned = 0;
-            let mut changed = Vec::new();
-            for (c, new) in assignee.into_iter().enumerate() {
-                let c = c as ChanIx;
-                if resolved.is_excluded(c) {
-                    continue;
-                }
-                if new.is_some() {
-                    assigned += 1;
-                } else {
-                    unassigned += 1;
-                }
-                if new != p.assignee(c) {
-                    changed.push((c, new));
-                }
-            }
-            (changed, assigned, unassigned)
-        }
+        Outcome::Full(assignee) => changes_to(p, resolved, |c| assignee[c as usize]),
         Outcome::Changed {
             channels,
             assigned,

@@ -418,22 +418,8 @@ impl State {
     /// The plan as the channels whose bot differs from the index's: every channel's bot
     /// would be 80 MB at 10M channels, beside the graph at the plan's peak.
     pub(crate) fn outcome(&self, index: &PlatformIndex, resolved: &Resolved) -> Outcome {
-        let (mut assigned, mut unassigned) = (0, 0);
-        let mut channels = Vec::new();
-        for c in 0..index.channel_count() as ChanIx {
-            if resolved.is_excluded(c) {
-                continue;
-            }
-            let bot = self.placed_on(c);
-            if bot.is_some() {
-                assigned += 1;
-            } else {
-                unassigned += 1;
-            }
-            if bot != index.assignee(c) {
-                channels.push((c, bot));
-            }
-        }
+        let (channels, assigned, unassigned) =
+            crate::balance::changes_to(index, resolved, |c| self.placed_on(c));
         Outcome::Changed {
             channels,
             assigned,
