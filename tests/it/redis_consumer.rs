@@ -18,11 +18,16 @@ const REDIS_PY: &str = "redis==8.2.0";
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A venv with redis-py, made once per target directory (built aside and renamed into place,
-/// since the tests run side by side; `bin/python -m` works from the moved venv).
+/// since the tests run side by side; `bin/python -m` works from the moved venv). The tests of
+/// this process build it one at a time: two threads building one aside directory broke each
+/// other's `pip install` on a fresh machine.
 fn python() -> PathBuf {
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("redis-py-8.2.0");
     if !venv.join(".installed").exists() {
-        let aside = venv.with_extension(format!("tmp-{}", std::process::id()));
+        let aside = venv.with_file_name(format!("redis-py-8.2.0.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&aside);
         let made = Command::new("python3")
             .args(["-m", "venv"])
             .arg(&aside)
