@@ -12,7 +12,7 @@ use crate::publication::follower::Follower;
 use crate::publication::moving::{self, Moves};
 use crate::publication::publisher::{Changes, Publisher};
 use crate::store::fence::Duty;
-use crate::view::{FORCED_MARKS, Route, RunSummary, View};
+use crate::view::{MOVED_MARKS, Route, RunSummary, View};
 use std::time::Instant;
 
 pub struct Outputs {
@@ -100,7 +100,7 @@ impl Shown<'_> {
             let voluntary = match view.route(platform, channel) {
                 Route::Online(old) => bot != Some(&*old),
                 Route::Offline(_) | Route::Unassigned if bot.is_some() => {
-                    if forced.len() < FORCED_MARKS {
+                    if forced.len() < MOVED_MARKS {
                         forced.push(channel);
                     }
                     false
@@ -121,7 +121,11 @@ impl Shown<'_> {
         }
         view.apply(platform, now.iter().copied());
         if !forced.is_empty() {
-            view.mark_forced(platform, forced, Instant::now() + moving::FORCED_CLAIMS);
+            view.mark_just_moved(
+                platform,
+                forced,
+                Instant::now() + moving::CLAIMS_AFTER_A_MOVE,
+            );
         }
         drop(held);
         self.publish_rows(platform, now.into_iter());

@@ -37,9 +37,9 @@ use super::signature::{Body, Signature, Time};
 use crate::traffic::Counter;
 use crate::view::{Route, View};
 
-/// How long a just-replaced assignee's claim may take before the assignment decides alone
-/// (see [`View::forced_recently`]).
-const FORCED_CLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long a claim that guards a move may take: past it, a just-moved assignee answers by
+/// the assignment alone (see [`View::just_moved`]), a moving group's old assignee not at all.
+const MOVE_CLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The default claim plugin: Pallas-Bot's ingress gate namespace.
 pub const DEFAULT_PLUGIN: &str = "ingress_gate";
@@ -146,8 +146,8 @@ pub enum Reason {
     /// An earlier ask of this message gave it to another bot, still online, though the
     /// assignment of this moment, or a claim, would give it to this one.
     GivenToAnotherBot,
-    /// On a follower: the leader is moving the group to another bot and answers it alone
-    /// until this instance has the move.
+    /// The leader is moving the group to another bot: only its assignee of this moment
+    /// answers, and only by winning the message's claim in Redis (which it did not).
     Moving,
     /// No online assignee: the first claimer of the message handles it.
     Claim {
@@ -168,9 +168,12 @@ pub enum NoAssignee {
     Excluded,
     Unassigned,
     AssigneeOffline,
-    /// The assignee replaced an offline one a moment ago (on a leader of several instances):
-    /// it claims the message as a follower that has not seen the change does.
-    JustReplaced,
+    /// The assignee took the group over a moment ago (under leadership): it claims the
+    /// message, as an instance that has not seen the change claims it for the bot before.
+    JustMoved,
+    /// The group is moving to another bot (under leadership): its assignee of this moment
+    /// answers by claim, which the next one meets once it has the group.
+    Moving,
 }
 
 impl Reason {
@@ -242,7 +245,7 @@ impl Reason {
             Reason::GivenToThisBot => "given to this bot at an earlier ask of this message",
             Reason::GivenToAnotherBot => "given to another bot at an earlier ask of this message",
             Reason::Moving => {
-                "moving to another bot: the leader answers it until this instance has the move"
+                "moving to another bot: its assignee answers by claim, and lost it or is not asking"
             }
             Reason::GroupAdminOwner { .. }
             | Reason::OwnedByDeployment(_)
@@ -267,7 +270,8 @@ impl std::fmt::Display for Reason {
                     NoAssignee::Excluded => "excluded channel",
                     NoAssignee::Unassigned => "unassigned channel",
                     NoAssignee::AssigneeOffline => "assignee offline",
-                    NoAssignee::JustReplaced => "assignee just replaced an offline one",
+                    NoAssignee::JustMoved => "assignee just took the group over",
+                    NoAssignee::Moving => "moving to another bot",
                 };
                 let outcome = if *won {
                     "won the claim"
@@ -437,12 +441,12 @@ impl Ingress {
                 // yet sends the message to the claim, which the assignee must win as well.
                 // The assignment decides when the claim is slow to answer (a leader cut from
                 // Redis): a follower cut off claims in its own files anyway.
-                if me && self.view.forced_recently(p, id.format(group)) {
+                if me && self.view.just_moved(p, id.format(group)) {
                     let key = signature_key(r, group);
                     let claim = self.claims.claim(plugin, group, key, r.self_id);
-                    if let Ok((false, via)) = tokio::time::timeout(FORCED_CLAIM_WAIT, claim).await {
+                    if let Ok((false, via)) = tokio::time::timeout(MOVE_CLAIM_WAIT, claim).await {
                         let won = false;
-                        let because = NoAssignee::JustReplaced;
+                        let because = NoAssignee::JustMoved;
                         return decision(false, Reason::Claim { because, won, via }, Some(bot));
                     }
                 }
@@ -467,8 +471,37 @@ impl Ingress {
             Route::Excluded { assignee } => (NoAssignee::Excluded, assignee),
             // On purpose: nobody, claim or not (an @-mention was decided above).
             Route::Held => return decision(false, Reason::Held, None),
-            // On purpose: the leader answers it alone until this instance has the move.
-            Route::Moving => return decision(false, Reason::Moving, None),
+            Route::Moving(assignee) => {
+                let me = assignee
+                    .as_deref()
+                    .is_some_and(|bot| *bot == *id.format(r.self_id));
+                if !me {
+                    return decision(false, Reason::Moving, assignee);
+                }
+                if let Some(holder) = self.given.holder(message, online)
+                    && holder.bot != r.self_id
+                {
+                    return given_before(holder.bot);
+                }
+                // Won in Redis, where every instance claims: a claim in this process's files
+                // (Redis down), or none in time, would not stop the next assignee.
+                let key = signature_key(r, group);
+                let claim = self.claims.claim(plugin, group, key, r.self_id);
+                let claimed = tokio::time::timeout(MOVE_CLAIM_WAIT, claim).await;
+                let Ok((true, Via::Redis)) = claimed else {
+                    return decision(false, Reason::Moving, assignee);
+                };
+                let to = Holder {
+                    bot: r.self_id,
+                    by: By::Claim,
+                };
+                let holder = self.given.give(message, to, online);
+                if holder.bot != r.self_id {
+                    return given_before(holder.bot);
+                }
+                let (because, won, via) = (NoAssignee::Moving, true, Via::Redis);
+                return decision(true, Reason::Claim { because, won, via }, assignee);
+            }
             Route::Unassigned => (NoAssignee::Unassigned, None),
             Route::Offline(bot) => (NoAssignee::AssigneeOffline, Some(bot)),
         };
@@ -771,12 +804,12 @@ mod tests {
         let answer = ingress.decide(&before).await.unwrap();
         assert_eq!((answer.handle, answer.kind), (true, "assignee"));
 
-        view.mark_forced(
+        view.mark_just_moved(
             "onebot",
             ["7"],
             std::time::Instant::now() + std::time::Duration::from_secs(60),
         );
-        assert!(view.forced_recently("onebot", "7"));
+        assert!(view.just_moved("onebot", "7"));
         let claimed = ask("claimed first");
         assert!(claim_by_1002(&claimed).await);
         let answer = ingress.decide(&claimed).await.unwrap();
@@ -785,7 +818,7 @@ mod tests {
             answer
                 .reason
                 .to_string()
-                .starts_with("assignee just replaced an offline one: claimed by another bot"),
+                .starts_with("assignee just took the group over: claimed by another bot"),
             "{}",
             answer.reason
         );
@@ -796,11 +829,49 @@ mod tests {
         assert!(!claim_by_1002(&first).await);
 
         // Past its deadline, the assignee answers by the assignment alone again.
-        view.mark_forced("onebot", ["7"], std::time::Instant::now());
-        assert!(!view.forced_recently("onebot", "7"));
+        view.mark_just_moved("onebot", ["7"], std::time::Instant::now());
+        assert!(!view.just_moved("onebot", "7"));
         let after = ask("after");
         assert!(claim_by_1002(&after).await);
         let answer = ingress.decide(&after).await.unwrap();
+        assert_eq!((answer.handle, answer.kind), (true, "assignee"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A moving group's assignee answers only by a claim won in Redis, where every instance
+    /// claims: claims kept in this process's files leave the group unanswered through this
+    /// instance (the claim that does decide is tested against a real Redis in `several`).
+    #[tokio::test]
+    async fn a_moving_group_is_answered_only_by_a_claim_in_redis() {
+        let dir = std::env::temp_dir().join(format!("aa-moving-{}", std::process::id()));
+        let ingress = Ingress {
+            view: View::default(),
+            claims: Claims::new(None, "pallas:msg_claim", 86400, &dir),
+            federate: None,
+            traffic: Counter::default(),
+            given: Given::default(),
+        };
+        let view = &ingress.view;
+        view.apply("onebot", [("7", Some("1001"))]);
+        view.set_bot("onebot", "1001", true);
+        view.set_bot("onebot", "1002", true);
+        view.set_moving([("onebot", "7")]);
+        for bot in [1001, 1002] {
+            let json = format!(
+                r#"{{"platform":"onebot","self_id":{bot},"group_id":7,"user_id":42,
+                    "text":"hello","time":1786000000,"lane":"chat"}}"#
+            );
+            let r = serde_json::from_str::<Request<'_>>(&json).unwrap();
+            let answer = ingress.decide(&r).await.unwrap();
+            assert_eq!((answer.handle, answer.kind), (false, "moving"), "{bot}");
+        }
+        view.set_moving([]);
+        let r = serde_json::from_str::<Request<'_>>(
+            r#"{"platform":"onebot","self_id":1001,"group_id":7,"user_id":42,
+                "text":"later","time":1786000000,"lane":"chat"}"#,
+        )
+        .unwrap();
+        let answer = ingress.decide(&r).await.unwrap();
         assert_eq!((answer.handle, answer.kind), (true, "assignee"));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -4,27 +4,33 @@
 //! A *voluntary* move (its old assignee is online and could still answer) made at once would
 //! leave a window in which the leader grants the new bot and a follower still the old one:
 //! milliseconds while the publication travels, or as long as a follower is cut from Redis.
-//! One message, answered twice. So the leader makes such moves in two steps:
+//! One message, answered twice. So the leader makes such moves in steps:
 //!
 //! 1. It announces the channels it is about to move ([`Keys::moving`], a JSON string
 //!    `{"token":…,"channels":{platform:[channel,…]}}`, and the same on the channel of that name).
-//!    A follower stops answering them (ingress reason `moving`) and acknowledges the
-//!    announcement's token in [`Keys::followers`] (field: its instance; value: `"{token}
-//!    {expiry}"`, the expiry in milliseconds of Redis's own clock, renewed every third of
-//!    it).
-//! 2. Once every follower whose entry has not expired has acknowledged, the leader makes the
-//!    moves in its view and publishes them, then announces what is still moving (usually
-//!    nothing). Pub/sub keeps one connection's messages in order, so a follower has the
-//!    version holding the moves before it answers those channels again.
+//!    Every instance, the leader too, answers an announced channel only through the message's
+//!    claim in Redis, won by the old assignee (ingress reason `moving` for everyone else, or
+//!    when the claim is not decided in Redis). A follower acknowledges the announcement's token
+//!    in [`Keys::followers`] once its view serves it (field: its instance; value: `"{token}
+//!    {expiry}"`, the expiry in milliseconds of Redis's own clock, renewed every third of it).
+//! 2. Once every follower whose entry has not expired has acknowledged, and [`ASK_SPREAD`]
+//!    more has passed, the leader makes the moves in its view and publishes them, then
+//!    announces what is still moving (usually nothing). Pub/sub keeps one connection's
+//!    messages in order, so a follower has the version holding the moves before it answers
+//!    those channels again.
+//! 3. For [`CLAIMS_AFTER_A_MOVE`] after, the new assignee also answers only by claim: a message
+//!    the old assignee claimed at another instance stays the old assignee's.
 //!
-//! Meanwhile the leader's view keeps the old assignee: a message is answered by the old bot
-//! (through the leader) or by nobody (through a follower), never by two. A follower cut from
-//! Redis cannot acknowledge: the moves wait until its entry expires ([`FOLLOWER_TTLS`] lease
-//! TTLs), and until then it answers from the assignment before them, as the leader does.
-//! Forced moves (the old assignee offline or gone) never wait: the old bot cannot answer. For
-//! [`FORCED_CLAIMS`] after one, the leader's assignee claims each message too, as a follower
-//! that has not seen the move claims it. A run that held moves appears in `GET /v1/status`
-//! once they are made, so a client that waits for a run reads its result.
+//! Each message is answered once: before the announcement reaches an instance, it gives the old
+//! assignee directly, but the new assignee answers only [`ASK_SPREAD`] after the last
+//! instance stopped doing so, longer than two bots' asks of one message lie apart; from then
+//! until the move has travelled, the claim decides between the two. A follower cut from Redis
+//! cannot acknowledge: the moves wait until its entry expires ([`FOLLOWER_TTLS`] lease TTLs),
+//! and until then it answers from the assignment before them, as the leader does. Forced moves
+//! (the old assignee offline or gone) never wait: the old bot cannot answer; for
+//! [`CLAIMS_AFTER_A_MOVE`] after one, the leader's assignee claims each message too, as a
+//! follower that has not seen the move claims it. A run that held moves appears in `GET
+//! /v1/status` once they are made, so a client that waits for a run reads its result.
 //!
 //! Without leadership nothing here runs: one instance's view is the only one.
 
@@ -42,11 +48,13 @@ use crate::view::{RunSummary, View};
 /// dead (or cut off) follower holds voluntary moves back.
 pub const FOLLOWER_TTLS: u32 = 3;
 
-/// How long after a forced move (a bot in place of an offline one, or of none) the leader's
-/// assignee claims each message as well: a follower that has not yet seen the move sends the
-/// group's messages to the claim (Pallas-Bot's, in Redis), and the claim makes the two agree.
-/// The publication reaches a connected follower in milliseconds.
-pub const FORCED_CLAIMS: std::time::Duration = std::time::Duration::from_secs(3);
+pub use crate::view::CLAIMS_AFTER_A_MOVE;
+
+/// The longest time apart that two bots' asks about one message are expected to arrive (each
+/// bot receives the message from the platform on its own connection, usually within tens of
+/// milliseconds of the other): how long the leader waits, after every follower has stopped
+/// giving a moving channel's messages to the old assignee directly, before the new one answers.
+pub const ASK_SPREAD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// platform → channels announced as moving.
 pub type Marks = BTreeMap<String, BTreeSet<String>>;

@@ -153,10 +153,12 @@ struct Task {
     moving: Moving,
 }
 
-/// The announcement the leader waits on: its token and the moves it announced.
+/// The announcement the leader waits on: its token, the moves it announced, and since when
+/// every follower has acknowledged it.
 struct Round {
     token: String,
     moves: Pending,
+    acknowledged: Option<Instant>,
 }
 
 /// The fence both scripts start with (KEYS[2] the term key, ARGV[3] our term, 0 = none).
@@ -297,15 +299,22 @@ async fn run(
             merged.clear();
             continue;
         };
-        // Moves every follower has acknowledged are made now, and published with the rest.
-        if let Some(r) = &round {
+        // Moves every follower has acknowledged are made once the asks a follower answered
+        // before it had the announcement are all in (`ASK_SPREAD`), and published with the rest.
+        if let Some(r) = &mut round {
             match moving::lagging(&mut conn, keys, &moving.instance, &r.token).await {
                 Ok(lagging) if lagging.is_empty() => {
-                    make(&moving.moves, &r.moves, view, &mut merged);
-                    round = None;
-                    announce_due = true;
+                    let since = *r.acknowledged.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= moving::ASK_SPREAD {
+                        make(&moving.moves, &r.moves, view, &mut merged);
+                        round = None;
+                        announce_due = true;
+                    }
                 }
-                Ok(lagging) => *status.moving.lock() = (r.moves.len(), lagging),
+                Ok(lagging) => {
+                    r.acknowledged = None;
+                    *status.moving.lock() = (r.moves.len(), lagging);
+                }
                 Err(e) => tracing::debug!("redis: reading the followers failed ({e})"),
             }
         }
@@ -418,10 +427,15 @@ async fn run(
             match announced {
                 Ok(()) => {
                     announce_due = false;
+                    // The leader answers the announced channels as its followers do.
+                    view.set_moving(announcement.channels.iter().flat_map(|(p, channels)| {
+                        channels.iter().map(|c| (p.as_str(), c.as_str()))
+                    }));
                     *status.moving.lock() = (pending.len(), Vec::new());
                     round = (!pending.is_empty()).then_some(Round {
                         token: announcement.token,
                         moves: pending,
+                        acknowledged: None,
                     });
                 }
                 Err(e) if e.code() == Some("FENCED") => {

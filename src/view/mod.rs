@@ -100,17 +100,26 @@ pub enum Route {
     /// Held by an operator with no assignee on purpose: nobody handles it by assignment or
     /// claim.
     Held,
-    /// On a follower: the leader is moving it to another bot; the leader alone answers it
-    /// until the follower has the move ([`crate::publication::moving`]).
-    Moving,
+    /// Announced as moving to another bot ([`crate::publication::moving`]): its assignee of
+    /// this moment, if online (named here), answers a message only by winning its claim in
+    /// Redis, so that the bot it moves to, claiming too once it has it, never answers the
+    /// same message; every other bot answers nobody.
+    Moving(Option<Arc<str>>),
     /// Assigned to this bot, which is offline now.
     Offline(Arc<str>),
     /// Assigned to this bot, online.
     Online(Arc<str>),
 }
 
-/// The most channels of one platform [`View::mark_forced`] keeps at a time.
-pub const FORCED_MARKS: usize = 1 << 16;
+/// The most channels of one platform [`View::mark_just_moved`] keeps at a time.
+pub const MOVED_MARKS: usize = 1 << 16;
+
+/// How long after a move the new assignee claims each message as well (see
+/// [`View::just_moved`]): an instance that has not yet seen the move sends the group's
+/// messages to the claim (a forced move: the old assignee offline) or had the old assignee
+/// claim them (a voluntary one, while announced). The publication reaches a connected
+/// instance in milliseconds.
+pub const CLAIMS_AFTER_A_MOVE: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Default)]
 struct State {
@@ -446,7 +455,10 @@ impl View {
         self.publish_routes(|routes| routes.held = held);
     }
 
-    /// On a follower, the channels the leader announced as moving (as (platform, channel)).
+    /// The channels the leader announced as moving (as (platform, channel)), on every
+    /// instance. A channel no longer announced has had its move made (or given up): its
+    /// assignee claims each message for [`CLAIMS_AFTER_A_MOVE`] more, since another instance
+    /// may still have given it to the old assignee by claim.
     pub fn set_moving<'a>(&self, moving: impl IntoIterator<Item = (&'a str, &'a str)>) {
         let _state = self.write();
         let mut marks = Exclusions::default();
@@ -457,49 +469,73 @@ impl View {
                 .or_default()
                 .insert(channel.into());
         }
+        let before = self.routes.load().moving.clone();
         let marks = Arc::new(marks);
-        self.publish_routes(|routes| routes.moving = marks);
+        self.publish_routes(|routes| routes.moving = marks.clone());
+        let until = std::time::Instant::now() + CLAIMS_AFTER_A_MOVE;
+        for (platform, channels) in &before.full {
+            let moved = channels
+                .iter()
+                .filter(|c| !marks.contains(platform, c))
+                .map(|c| &**c);
+            self.publish_just_moved(platform, moved, until);
+        }
     }
 
-    /// On a leader, `channels` were just given a bot in place of an offline one (or none): a
-    /// follower that has not seen it yet sends their messages to the claim, so until
-    /// `until` the assignee claims too (see [`View::forced_recently`]). At most
-    /// [`FORCED_MARKS`] channels a platform are marked at a time: the first start of a large
-    /// fleet gives every group its first bot at once, and a mark each would cost memory and a
-    /// copy of them all at every pass; the groups past the limit are answered by the
-    /// assignment alone (only bots of one group asking different instances can tell).
-    pub fn mark_forced<'a>(
+    /// `channels` were just given a new assignee (on a leader, a bot in place of an offline
+    /// one or of none; anywhere, a voluntary move made): an instance that has not seen it yet
+    /// sends their messages to the claim, or had the old assignee claim them, so until `until`
+    /// the assignee claims too (see [`View::just_moved`]). At most [`MOVED_MARKS`] channels a
+    /// platform are marked at a time: the first start of a large fleet gives every group its
+    /// first bot at once, and a mark each would cost memory and a copy of them all at every
+    /// pass; the groups past the limit are answered by the assignment alone (only bots of one
+    /// group asking different instances can tell).
+    pub fn mark_just_moved<'a>(
         &self,
         platform: &str,
         channels: impl IntoIterator<Item = &'a str>,
         until: std::time::Instant,
     ) {
         let _state = self.write();
+        self.publish_just_moved(platform, channels, until);
+    }
+
+    /// [`View::mark_just_moved`], for a writer (who holds the state's lock).
+    fn publish_just_moved<'a>(
+        &self,
+        platform: &str,
+        channels: impl IntoIterator<Item = &'a str>,
+        until: std::time::Instant,
+    ) {
+        let mut channels = channels.into_iter().peekable();
+        if channels.peek().is_none() {
+            return;
+        }
         let now = std::time::Instant::now();
         self.publish_routes(|routes| {
-            let mut forced = HashMap::clone(&routes.forced);
-            for marks in forced.values_mut() {
+            let mut just_moved = HashMap::clone(&routes.just_moved);
+            for marks in just_moved.values_mut() {
                 marks.retain(|_, deadline| *deadline > now);
             }
-            forced.retain(|_, marks| !marks.is_empty());
-            let marks = forced.entry(platform.into()).or_default();
+            just_moved.retain(|_, marks| !marks.is_empty());
+            let marks = just_moved.entry(platform.into()).or_default();
             for channel in channels {
                 if let Some(deadline) = marks.get_mut(channel) {
                     *deadline = until;
-                } else if marks.len() < FORCED_MARKS {
+                } else if marks.len() < MOVED_MARKS {
                     marks.insert(channel.into(), until);
                 }
             }
-            routes.forced = Arc::new(forced);
+            routes.just_moved = Arc::new(just_moved);
         });
     }
 
-    /// Whether `channel` was given its assignee in place of an offline one so recently that a
-    /// follower may not have it yet.
-    pub fn forced_recently(&self, platform: &str, channel: &str) -> bool {
+    /// Whether `channel` was given its assignee so recently that another instance may not
+    /// have it yet.
+    pub fn just_moved(&self, platform: &str, channel: &str) -> bool {
         let routes = self.routes.load();
         routes
-            .forced
+            .just_moved
             .get(platform)
             .and_then(|marks| marks.get(channel))
             .is_some_and(|deadline| *deadline > std::time::Instant::now())
@@ -520,7 +556,8 @@ impl View {
                 };
             }
             if routes.moving.contains(platform, channel) {
-                return Route::Moving;
+                let online = bot.filter(|b| b.presence() == Presence::Online);
+                return Route::Moving(online.map(|b| b.name.clone()));
             }
             match bot {
                 None if routes.held.contains(platform, channel) => Route::Held,
@@ -602,37 +639,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn forced_marks_expire_and_are_bounded() {
+    fn moved_marks_expire_and_are_bounded() {
         let v = View::default();
         let later = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let names: Vec<String> = (0..FORCED_MARKS + 10).map(|i| i.to_string()).collect();
-        v.mark_forced("onebot", names.iter().map(String::as_str), later);
-        assert!(v.forced_recently("onebot", "0"));
-        assert!(v.forced_recently("onebot", &(FORCED_MARKS - 1).to_string()));
+        let names: Vec<String> = (0..MOVED_MARKS + 10).map(|i| i.to_string()).collect();
+        v.mark_just_moved("onebot", names.iter().map(String::as_str), later);
+        assert!(v.just_moved("onebot", "0"));
+        assert!(v.just_moved("onebot", &(MOVED_MARKS - 1).to_string()));
         assert!(
-            !v.forced_recently("onebot", &FORCED_MARKS.to_string()),
+            !v.just_moved("onebot", &MOVED_MARKS.to_string()),
             "past the limit"
         );
-        assert!(!v.forced_recently("qq", "0"));
+        assert!(!v.just_moved("qq", "0"));
         // Full, a marked channel still takes a new deadline; one whose time is up is gone at
         // the next marking, which makes room.
-        v.mark_forced("onebot", ["0", "new"], std::time::Instant::now());
-        assert!(!v.forced_recently("onebot", "0"));
-        assert!(v.forced_recently("onebot", "1"));
-        v.mark_forced("onebot", ["new"], later);
-        assert!(v.forced_recently("onebot", "new"));
+        v.mark_just_moved("onebot", ["0", "new"], std::time::Instant::now());
+        assert!(!v.just_moved("onebot", "0"));
+        assert!(v.just_moved("onebot", "1"));
+        v.mark_just_moved("onebot", ["new"], later);
+        assert!(v.just_moved("onebot", "new"));
     }
 
     #[test]
-    fn moving_channels_route_to_nobody_until_unmarked() {
+    fn moving_channels_name_their_online_assignee_and_are_claimed_once_unmarked() {
         let v = View::default();
         v.set_bot("onebot", "1", true);
-        v.apply("onebot", [("a", Some("1")), ("b", Some("1"))]);
-        v.set_moving([("onebot", "a")]);
-        assert_eq!(v.route("onebot", "a"), Route::Moving);
+        v.set_bot("onebot", "2", false);
+        v.apply(
+            "onebot",
+            [("a", Some("1")), ("b", Some("1")), ("c", Some("2"))],
+        );
+        v.set_moving([("onebot", "a"), ("onebot", "c")]);
+        assert_eq!(v.route("onebot", "a"), Route::Moving(Some("1".into())));
+        assert_eq!(v.route("onebot", "c"), Route::Moving(None), "offline");
         assert_eq!(v.route("onebot", "b"), Route::Online("1".into()));
-        v.set_moving([]);
-        assert_eq!(v.route("onebot", "a"), Route::Online("1".into()));
+        assert!(!v.just_moved("onebot", "a"));
+        // The move made, then no longer announced: its new assignee claims for a while.
+        v.apply("onebot", [("a", Some("2"))]);
+        v.set_bot("onebot", "2", true);
+        assert_eq!(v.route("onebot", "a"), Route::Moving(Some("2".into())));
+        v.set_moving([("onebot", "c")]);
+        assert_eq!(v.route("onebot", "a"), Route::Online("2".into()));
+        assert!(v.just_moved("onebot", "a"));
+        assert!(!v.just_moved("onebot", "b") && !v.just_moved("onebot", "c"));
     }
 
     #[test]

@@ -18,11 +18,11 @@ pub(super) struct Routes {
     pub(super) excluded: Arc<Exclusions>,
     /// Channels an operator holds with no assignee (full keys only).
     pub(super) held: Arc<Exclusions>,
-    /// On a follower, the channels the leader announced as moving (full keys only).
+    /// The channels the leader announced as moving (full keys only).
     pub(super) moving: Arc<Exclusions>,
-    /// On a leader, the channels just given a bot in place of an offline one (or none), and
-    /// until when: `platform → channel → deadline`.
-    pub(super) forced: Arc<Deadlines>,
+    /// The channels just given a new assignee whose messages it claims too, and until when:
+    /// `platform → channel → deadline`.
+    pub(super) just_moved: Arc<Deadlines>,
 }
 
 /// `platform → channel → deadline`.

@@ -1304,3 +1304,74 @@ fn a_new_leader_clears_the_moves_a_dead_one_announced() {
     let announced = crate::support::redis::cli(redis.port, &["GET", "auto-assign:moving"]);
     assert!(!announced.contains("100001"), "{announced}");
 }
+
+/// Asks of one message that straddle a voluntary move, at two instances, are answered once:
+/// while the move is announced every instance answers the group only by the message's claim
+/// in Redis, won by the old assignee, and the new assignee claims each message too once it
+/// has the group. A third instance, killed, holds the move back until its entry expires: long
+/// enough to ask in the window at the leader and at the live follower.
+#[test]
+fn asks_straddling_a_voluntary_move_at_two_instances_are_answered_once() {
+    let redis = RedisServer::start();
+    let mut cluster = Cluster::start("ha-straddling", 3, |_| redis.url());
+    cluster.set_fleet(&fleet_with_offline(1002));
+    let (leader, _) = cluster.wait_leader(0);
+    cluster.wait_settled(&["1002"]);
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let (follower, killed) = (others[0], others[1]);
+    cluster.kill(killed);
+    cluster.set_fleet(FLEET);
+    let cli = |args: &[&str]| crate::support::redis::cli(redis.port, args);
+    let follower_name = ["a", "b", "c"][follower];
+    // The announcement, once the live follower serves it (its acknowledgement names its token).
+    let mut announced = Value::Null;
+    eventually("the live follower acknowledging the moves", WAIT, || {
+        announced = serde_json::from_str(&cli(&["GET", "auto-assign:moving"])).unwrap_or_default();
+        let token = announced["token"].as_str().unwrap_or("");
+        let channels = announced["channels"]["onebot"]
+            .as_array()
+            .map_or(0, Vec::len);
+        let ack = cli(&["HGET", "auto-assign:followers", follower_name]);
+        channels > 0 && ack.starts_with(&format!("{token} "))
+    });
+    let group = announced["channels"]["onebot"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let old = cluster.served(leader).unwrap()[&group].clone();
+    assert_ne!(old, "1002");
+    let ask = |instance: usize, bot: &str, text: &str| -> Value {
+        let body = json!({"platform": "onebot", "self_id": bot, "group_id": group,
+            "user_id": 42, "text": text, "time": 1786000000, "lane": "chat"});
+        let mut response = agent()
+            .post(&cluster.url(instance, "/v1/ingress"))
+            .send_json(&body)
+            .unwrap();
+        serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap()
+    };
+    let handled = |answer: &Value| answer["handle"] == json!(true);
+
+    // In the window: the old assignee answers by claim at either instance, the new one not.
+    for (instance, text) in [(follower, "first"), (leader, "second")] {
+        let answer = ask(instance, &old, text);
+        assert!(handled(&answer), "{answer}");
+        assert_eq!(answer["kind"], json!("claim"), "{answer}");
+        assert!(!handled(&ask(instance, "1002", &format!("{text}, early"))));
+    }
+    eventually("the move made on both live instances", WAIT, || {
+        [leader, follower]
+            .iter()
+            .all(|&i| cluster.served(i).is_some_and(|rows| rows[&group] == "1002"))
+    });
+    // After it, each message the old assignee answered stays its own, at the other instance.
+    for (instance, text) in [(leader, "first"), (follower, "second")] {
+        let answer = ask(instance, "1002", text);
+        assert!(!handled(&answer), "{answer}");
+        assert_eq!(answer["kind"], json!("claim"), "{answer}");
+    }
+    let answer = ask(follower, "1002", "third");
+    assert!(
+        handled(&answer),
+        "a new message goes to the new assignee: {answer}"
+    );
+}

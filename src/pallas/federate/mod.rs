@@ -358,7 +358,7 @@ impl Federate {
                             .parse::<i64>()
                             .is_ok_and(|b| record.online_bot_ids.contains(&b)),
                         // Moving between two bots of this deployment: still its own.
-                        Route::Moving => true,
+                        Route::Moving(_) => true,
                         Route::Excluded { .. } | Route::Unassigned | Route::Held => false,
                     }
                 })
