@@ -733,10 +733,22 @@ fn a_restart_publishes_the_whole_stored_assignment_at_the_benchmark_size() {
     let health = get(&format!("{}/healthz", service.api), None).1;
     assert_eq!(health["publication"]["repaired"], 0, "{health}");
 
-    // A hash emptied behind its back: found at the next checks, and published again.
+    // A hash emptied behind its back: found at the next checks, and published again. A
+    // publication of everything still under way from the start (Redis's connection reported
+    // back, say) may fill it first, and count nothing: then it is emptied again.
+    let repaired =
+        || get(&format!("{}/healthz", service.api), None).1["publication"]["repaired"].as_u64();
     redis.cli(&["DEL", "aa-big:assignment:onebot"]);
-    eventually("repaired", WAIT, || hlen() == CHANNELS);
-    let health = get(&format!("{}/healthz", service.api), None).1;
-    assert_eq!(health["publication"]["repaired"], 1, "{health}");
+    eventually("repaired", WAIT, || {
+        let whole = hlen() == CHANNELS;
+        match repaired() {
+            Some(0) if whole => {
+                redis.cli(&["DEL", "aa-big:assignment:onebot"]);
+                false
+            }
+            Some(n) => n >= 1 && whole,
+            None => false,
+        }
+    });
     service.stop().unwrap();
 }
