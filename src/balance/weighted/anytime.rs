@@ -94,6 +94,7 @@ pub(super) fn bound(inst: &Instance, assign: &[Option<BotIx>], depth: usize) -> 
         },
         nodes: u64::MAX,
         max_depth: depth,
+        sweeps: search::EXACT_SWEEPS,
     };
     search::solve(&pr, start, limits).lower_bound
 }
@@ -139,6 +140,7 @@ fn whole(
             deadline,
             nodes: u64::MAX,
             max_depth: MAX_DEPTH,
+            sweeps: search::EXACT_SWEEPS,
         },
     );
     for (i, &c) in tags.iter().enumerate() {
@@ -298,6 +300,7 @@ fn resolve(
             deadline,
             nodes: NEIGHBOURHOOD_NODES,
             max_depth: usize::MAX,
+            sweeps: search::NEIGHBOURHOOD_SWEEPS,
         },
     );
     let eps = if pr.integral() {
