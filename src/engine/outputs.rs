@@ -96,18 +96,11 @@ impl Shown<'_> {
         let mut now = Vec::new();
         let mut forced = Vec::new();
         for (channel, bot) in rows {
-            // Voluntary: its assignee of this moment is online, and could still answer.
-            let voluntary = match view.route(platform, channel) {
-                Route::Online(old) => bot != Some(&*old),
-                Route::Offline(_) | Route::Unassigned if bot.is_some() => {
-                    if forced.len() < MOVED_MARKS {
-                        forced.push(channel);
-                    }
-                    false
-                }
-                _ => false,
-            };
-            if voluntary {
+            let change = Change::of(&view.route(platform, channel), bot);
+            if change == Change::Forced && forced.len() < MOVED_MARKS {
+                forced.push(channel);
+            }
+            if change == Change::Voluntary {
                 let key = (platform.to_owned(), channel.to_owned());
                 pending.insert(key, bot.map(str::to_owned));
                 self.moving_changed = true;
@@ -153,6 +146,64 @@ impl Shown<'_> {
             if self.moving_changed {
                 publisher.held();
             }
+        }
+    }
+}
+
+/// How a channel's change of assignee is made under leadership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Its assignee of this moment is online, and could still answer: it waits for the
+    /// followers ([`crate::publication::moving`]).
+    Voluntary,
+    /// A bot in place of an offline one, or of none: made at once, and claimed for a while.
+    Forced,
+    /// Made at once: no bot given (or the same), or a channel nobody handles by assignment.
+    Plain,
+}
+
+impl Change {
+    /// `route` is the channel's now; `bot` its new assignee. A channel announced as moving
+    /// still names its assignee of this moment (the leader routes its own announced channels
+    /// so): a newer plan's change of it waits like any voluntary move.
+    fn of(route: &Route, bot: Option<&str>) -> Change {
+        match route {
+            Route::Online(old) | Route::Moving(Some(old)) if bot != Some(&**old) => {
+                Change::Voluntary
+            }
+            Route::Offline(_) | Route::Unassigned | Route::Moving(None) if bot.is_some() => {
+                Change::Forced
+            }
+            _ => Change::Plain,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_announced_as_moving_changes_as_its_assignee_would() {
+        let one: Arc<str> = Arc::from("1");
+        for (route, bot, want) in [
+            (Route::Online(one.clone()), Some("2"), Change::Voluntary),
+            (Route::Online(one.clone()), None, Change::Voluntary),
+            (Route::Online(one.clone()), Some("1"), Change::Plain),
+            (
+                Route::Moving(Some(one.clone())),
+                Some("2"),
+                Change::Voluntary,
+            ),
+            (Route::Moving(Some(one.clone())), Some("1"), Change::Plain),
+            (Route::Offline(one.clone()), Some("2"), Change::Forced),
+            (Route::Unassigned, Some("2"), Change::Forced),
+            (Route::Moving(None), Some("2"), Change::Forced),
+            (Route::Moving(None), None, Change::Plain),
+            (Route::Held, Some("2"), Change::Plain),
+            (Route::Excluded { assignee: None }, Some("2"), Change::Plain),
+        ] {
+            assert_eq!(Change::of(&route, bot), want, "{route:?} to {bot:?}");
         }
     }
 }
