@@ -245,7 +245,7 @@ impl Reason {
             Reason::GivenToThisBot => "given to this bot at an earlier ask of this message",
             Reason::GivenToAnotherBot => "given to another bot at an earlier ask of this message",
             Reason::Moving => {
-                "moving to another bot: its assignee answers by claim, and lost it or is not asking"
+                "moving to another bot: answered only by its assignee winning the claim in Redis"
             }
             Reason::GroupAdminOwner { .. }
             | Reason::OwnedByDeployment(_)
@@ -437,8 +437,9 @@ impl Ingress {
         let (because, assignee) = match route {
             Route::Online(bot) => {
                 let me = *bot == *id.format(r.self_id);
-                // Just given in place of an offline bot: a follower that has not seen the move
-                // yet sends the message to the claim, which the assignee must win as well.
+                // Just given the group (in place of an offline bot, or by a voluntary move
+                // made): an instance that has not seen the move yet sends the message to the
+                // claim, or had the old assignee claim it, so the assignee must win it as well.
                 // The assignment decides when the claim is slow to answer (a leader cut from
                 // Redis): a follower cut off claims in its own files anyway.
                 if me && self.view.just_moved(p, id.format(group)) {
