@@ -112,7 +112,7 @@ impl Shown<'_> {
                 now.push((channel, bot));
             }
         }
-        view.apply(platform, now.iter().copied());
+        // Marked first: no ask in between finds a new assignee answering without its claim.
         if !forced.is_empty() {
             view.mark_just_moved(
                 platform,
@@ -120,6 +120,7 @@ impl Shown<'_> {
                 Instant::now() + moving::CLAIMS_AFTER_A_MOVE,
             );
         }
+        view.apply(platform, now.iter().copied());
         drop(held);
         self.publish_rows(platform, now.into_iter());
     }

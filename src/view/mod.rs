@@ -469,9 +469,9 @@ impl View {
                 .or_default()
                 .insert(channel.into());
         }
+        // Marked as just moved before they stop being moving: no ask in between finds such a
+        // channel answered by its assignee without a claim.
         let before = self.routes.load().moving.clone();
-        let marks = Arc::new(marks);
-        self.publish_routes(|routes| routes.moving = marks.clone());
         let until = std::time::Instant::now() + CLAIMS_AFTER_A_MOVE;
         for (platform, channels) in &before.full {
             let moved = channels
@@ -480,6 +480,8 @@ impl View {
                 .map(|c| &**c);
             self.publish_just_moved(platform, moved, until);
         }
+        let marks = Arc::new(marks);
+        self.publish_routes(|routes| routes.moving = marks);
     }
 
     /// `channels` were just given a new assignee (on a leader, a bot in place of an offline
