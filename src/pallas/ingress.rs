@@ -769,11 +769,10 @@ mod tests {
         assert!(matches!(&r.text, Cow::Owned(text) if text == "café \"x\""));
     }
 
-    /// A leader's assignee that just replaced an offline bot claims each message, as a
-    /// follower that has not seen the move does for the other member: one of them answers.
-    #[tokio::test]
-    async fn a_just_replaced_assignee_meets_the_claim_of_a_follower_not_yet_told() {
-        let dir = std::env::temp_dir().join(format!("aa-forced-{}", std::process::id()));
+    /// An ingress whose group 7 is assigned to 1001, with 1001 and 1002 online; claims in files
+    /// under the returned directory (no Redis).
+    fn group_7_of_1001_and_1002(name: &str) -> (Ingress, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let ingress = Ingress {
             view: View::default(),
             claims: Claims::new(None, "pallas:msg_claim", 86400, &dir),
@@ -781,10 +780,18 @@ mod tests {
             traffic: Counter::default(),
             given: Given::default(),
         };
+        ingress.view.apply("onebot", [("7", Some("1001"))]);
+        ingress.view.set_bot("onebot", "1001", true);
+        ingress.view.set_bot("onebot", "1002", true);
+        (ingress, dir)
+    }
+
+    /// A leader's assignee that just replaced an offline bot claims each message, as a
+    /// follower that has not seen the move does for the other member: one of them answers.
+    #[tokio::test]
+    async fn a_just_replaced_assignee_meets_the_claim_of_a_follower_not_yet_told() {
+        let (ingress, dir) = group_7_of_1001_and_1002("aa-forced");
         let view = &ingress.view;
-        view.apply("onebot", [("7", Some("1001"))]);
-        view.set_bot("onebot", "1001", true);
-        view.set_bot("onebot", "1002", true);
         let ask = |text: &'static str| {
             let json = format!(
                 r#"{{"platform":"onebot","self_id":1001,"group_id":7,"user_id":42,
@@ -844,18 +851,8 @@ mod tests {
     /// instance (the claim that does decide is tested against a real Redis in `several`).
     #[tokio::test]
     async fn a_moving_group_is_answered_only_by_a_claim_in_redis() {
-        let dir = std::env::temp_dir().join(format!("aa-moving-{}", std::process::id()));
-        let ingress = Ingress {
-            view: View::default(),
-            claims: Claims::new(None, "pallas:msg_claim", 86400, &dir),
-            federate: None,
-            traffic: Counter::default(),
-            given: Given::default(),
-        };
+        let (ingress, dir) = group_7_of_1001_and_1002("aa-moving");
         let view = &ingress.view;
-        view.apply("onebot", [("7", Some("1001"))]);
-        view.set_bot("onebot", "1001", true);
-        view.set_bot("onebot", "1002", true);
         view.set_moving([("onebot", "7")]);
         for bot in [1001, 1002] {
             let json = format!(
