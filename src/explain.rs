@@ -302,7 +302,7 @@ fn usual_reason(
             let foreign = rules
                 .priority
                 .iter()
-                .filter(|(k, _)| **k == key || **k == p.channel_id(c))
+                .filter(|(k, _)| **k == key || p.channel_id(c) == k.as_str())
                 .flat_map(|(_, bots)| bots)
                 .filter(|b| split_key(b).is_some_and(|(platform, _)| platform != p.name()))
                 .map(|b| format!("priority entry {b} is on another platform"));

@@ -9,166 +9,18 @@
 //! change is also written to a small journal, which lets the planner re-plan incrementally
 //! instead of rebuilding its state from scratch.
 
-use std::hash::BuildHasher;
+mod interner;
+mod members;
 
-use hashbrown::HashTable;
-use hashbrown::hash_table::Entry;
-use rustc_hash::FxBuildHasher;
-use smallvec::SmallVec;
+use interner::{Interner, Numbers};
+use members::MemberLists;
 
+use crate::model::ChannelIds;
 pub use crate::model::{BotIx, ChanIx};
-use crate::model::{ChannelIds, canonical_number};
-
-/// Ids interned to dense indices. The ids share one text buffer and the hash tables hold only
-/// indices into it, so an id costs its bytes plus 16–24, with no allocation of its own: a
-/// `Box<str>` per id in an `IndexSet` cost some 60 bytes more and a `malloc`, which was most of
-/// what reading a 10M-channel snapshot did.
-///
-/// Most ids are decimal numbers (QQ's users and groups): those are looked up by their value,
-/// so a look-up reads one table entry; comparing the text instead read the entry, the id's end
-/// and its text, three cache misses on a large fleet (a fifth of the service's start-up CPU).
-#[derive(Default)]
-struct Interner {
-    text: String,
-    /// Where each id ends in `text`; it starts where the one before ends.
-    ends: Vec<u32>,
-    /// Ids that are numbers ([`canonical_number`]) below 2^32, as QQ's groups and users are:
-    /// (the number, index). Eight bytes a slot where a `u64` number took sixteen (with its
-    /// padding): 134 MB less at 10M channels, whose table has 2^24 slots.
-    narrow_numbers: HashTable<(u32, u32)>,
-    /// Every other number: (the number, index).
-    wide_numbers: HashTable<(u64, u32)>,
-    /// Every other id: (index, half of the id's hash, so that growing the table and most
-    /// failed comparisons never touch the text).
-    table: HashTable<(u32, u32)>,
-}
-
-fn interned<'a>(text: &'a str, ends: &[u32], i: u32) -> &'a str {
-    let i = i as usize;
-    let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-    &text[start..ends[i] as usize]
-}
-
-/// Appends an id's text; its index.
-fn push(text: &mut String, ends: &mut Vec<u32>, id: &str) -> u32 {
-    let next = ends.len() as u32;
-    text.push_str(id);
-    ends.push(u32::try_from(text.len()).expect("under 4 GiB of ids per platform"));
-    next
-}
-
-/// The index of number `n` in `table`, and whether it was new (`push_text` then writes its
-/// text and gives its index). `hash` is [`number_hash`] of the number as a `u64`.
-fn interned_number<N: Copy + Eq + Into<u64>>(
-    table: &mut HashTable<(N, u32)>,
-    n: N,
-    hash: u64,
-    push_text: &mut impl FnMut() -> u32,
-) -> (u32, bool) {
-    match table.entry(hash, |&(m, _)| m == n, |&(m, _)| number_hash(m.into())) {
-        Entry::Occupied(e) => (e.get().1, false),
-        Entry::Vacant(e) => {
-            let next = push_text();
-            e.insert((n, next));
-            (next, true)
-        }
-    }
-}
-
-fn number_hash(n: u64) -> u64 {
-    FxBuildHasher.hash_one(n)
-}
-
-/// Half of an id's hash, and the table hash made from it: the table takes its slot from the
-/// low bits and its 7-bit tag from the high ones, so both halves carry the same 32 bits.
-fn half_hash(id: &str) -> u32 {
-    (FxBuildHasher.hash_one(id) >> 32) as u32
-}
-
-fn table_hash(half: u32) -> u64 {
-    (half as u64) << 32 | half as u64
-}
-
-impl Interner {
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    fn get(&self, i: u32) -> &str {
-        interned(&self.text, &self.ends, i)
-    }
-
-    fn find(&self, id: &str) -> Option<u32> {
-        if let Some(n) = canonical_number(id) {
-            let hash = number_hash(n);
-            return match u32::try_from(n) {
-                Ok(narrow) => self.narrow_numbers.find(hash, |&(m, _)| m == narrow)?.1,
-                Err(_) => self.wide_numbers.find(hash, |&(m, _)| m == n)?.1,
-            }
-            .into();
-        }
-        let half = half_hash(id);
-        self.table
-            .find(table_hash(half), |&(i, h)| h == half && self.get(i) == id)
-            .map(|&(i, _)| i)
-    }
-
-    /// The index of `id`, and whether it was new.
-    fn insert(&mut self, id: &str) -> (u32, bool) {
-        if let Some(n) = canonical_number(id) {
-            return self.insert_number(n);
-        }
-        let Self {
-            text, ends, table, ..
-        } = self;
-        let half = half_hash(id);
-        let entry = table.entry(
-            table_hash(half),
-            |&(i, h)| h == half && interned(text, ends, i) == id,
-            |&(_, h)| table_hash(h),
-        );
-        match entry {
-            Entry::Occupied(e) => (e.get().0, false),
-            Entry::Vacant(e) => {
-                let next = push(text, ends, id);
-                e.insert((next, half));
-                (next, true)
-            }
-        }
-    }
-
-    /// The index of the id `n` writes in decimal, and whether it was new: a source's numbers
-    /// are interned without text to read (the text is written only for a new id). `n` is below
-    /// 10^19, as [`ChannelIds`] keeps its numbers, so that text is canonical.
-    fn insert_number(&mut self, n: u64) -> (u32, bool) {
-        let Self {
-            text,
-            ends,
-            narrow_numbers,
-            wide_numbers,
-            ..
-        } = self;
-        let mut push_text = || push(text, ends, itoa::Buffer::new().format(n));
-        let hash = number_hash(n);
-        match u32::try_from(n) {
-            Ok(narrow) => interned_number(narrow_numbers, narrow, hash, &mut push_text),
-            Err(_) => interned_number(wide_numbers, n, hash, &mut push_text),
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &str> {
-        (0..self.ends.len() as u32).map(|i| self.get(i))
-    }
-}
+pub use interner::Id;
 
 /// No assignee, in [`PlatformIndex`]'s assignee column (half the size of `Option<BotIx>`).
 const UNASSIGNED: BotIx = BotIx::MAX;
-
-/// Member bots of one channel; almost every channel has at most four.
-pub type Members = SmallVec<[BotIx; 4]>;
-// One per channel: smallvec's `union` layout keeps it at three words (four without it, 80 MB
-// more at 10M channels).
-const _: () = assert!(std::mem::size_of::<Members>() == 24);
 
 /// All platforms of the fleet.
 #[derive(Default)]
@@ -255,11 +107,12 @@ pub struct PlatformIndex {
     online: Vec<bool>,
     bot_channels: Vec<Vec<ChanIx>>,
     channels: Interner,
-    members: Vec<Members>,
+    members: MemberLists,
     assignee: Vec<BotIx>,
     load: Vec<u32>,
     /// Each channel's weight: its message rate as measured (or as a snapshot gives it), 0 when
-    /// unknown. Only `balanceBy: messages` plans with it.
+    /// unknown. Only `balanceBy: messages` plans with it. Empty until a channel has a weight:
+    /// a fleet balanced by channel counts never measures one (40 MB at 10M channels).
     weight: Vec<f32>,
     /// Channels nobody is in and nobody is assigned, counted as they change: the engine asks
     /// after every plan, and a scan of every channel cost more than the rest of its work.
@@ -272,11 +125,11 @@ impl PlatformIndex {
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
-            bots: Interner::default(),
+            bots: Interner::new(Numbers::Written),
             online: Vec::new(),
             bot_channels: Vec::new(),
-            channels: Interner::default(),
-            members: Vec::new(),
+            channels: Interner::new(Numbers::Implied),
+            members: MemberLists::default(),
             assignee: Vec::new(),
             load: Vec::new(),
             weight: Vec::new(),
@@ -299,10 +152,11 @@ impl PlatformIndex {
     }
 
     pub fn bot_id(&self, bot: BotIx) -> &str {
-        self.bots.get(bot)
+        self.bots.text(bot).expect("bots' ids are written")
     }
 
-    pub fn channel_id(&self, channel: ChanIx) -> &str {
+    /// A channel's id: its text, or (a number) a value that writes it when read.
+    pub fn channel_id(&self, channel: ChanIx) -> Id<'_> {
         self.channels.get(channel)
     }
 
@@ -320,7 +174,7 @@ impl PlatformIndex {
 
     /// Member bots of a channel, online or not, in the order they were first seen.
     pub fn members(&self, channel: ChanIx) -> &[BotIx] {
-        &self.members[channel as usize]
+        self.members.get(channel)
     }
 
     /// Channels a bot is in, online or not.
@@ -336,10 +190,16 @@ impl PlatformIndex {
     /// Number of channels currently assigned to a bot.
     /// The channel's measured weight (0 when nothing was measured).
     pub fn weight(&self, channel: ChanIx) -> f64 {
-        self.weight[channel as usize] as f64
+        self.weight.get(channel as usize).map_or(0.0, |&w| w as f64)
     }
 
     pub fn set_weight(&mut self, channel: ChanIx, weight: f64) {
+        if self.weight.is_empty() {
+            if weight == 0.0 {
+                return;
+            }
+            self.weight = vec![0.0; self.channels.len()];
+        }
         self.weight[channel as usize] = weight as f32;
     }
 
@@ -361,7 +221,7 @@ impl PlatformIndex {
     }
 
     pub fn total_memberships(&self) -> usize {
-        self.members.iter().map(|m| m.len()).sum()
+        self.members.lens().sum()
     }
 
     /// Interns a bot (offline until told otherwise).
@@ -404,9 +264,11 @@ impl PlatformIndex {
         if !new {
             return Err(ix);
         }
-        self.members.push(Members::new());
+        self.members.push_channel();
         self.assignee.push(UNASSIGNED);
-        self.weight.push(0.0);
+        if !self.weight.is_empty() {
+            self.weight.push(0.0);
+        }
         self.forgettable += 1;
         Ok(ix)
     }
@@ -420,27 +282,31 @@ impl PlatformIndex {
 
     /// Adds a membership; O(channel degree).
     pub fn join(&mut self, bot: BotIx, channel: ChanIx) -> bool {
-        let members = &mut self.members[channel as usize];
+        let members = self.members.get(channel);
         if members.contains(&bot) {
             return false;
         }
         if members.is_empty() && self.assignee[channel as usize] == UNASSIGNED {
             self.forgettable -= 1;
         }
-        members.push(bot);
-        self.bot_channels[bot as usize].push(channel);
+        self.members.push(channel, bot);
+        let list = &mut self.bot_channels[bot as usize];
+        if list.len() == list.capacity() {
+            // An eighth more, not twice as much: the lists hold every membership again (114 MB
+            // at 10M channels), and doubling left a quarter of that unused on average.
+            list.reserve_exact((list.len() / 8).max(4));
+        }
+        list.push(channel);
         self.note_channel(channel);
         true
     }
 
     /// Removes a membership; O(bot degree + channel degree).
     pub fn leave(&mut self, bot: BotIx, channel: ChanIx) -> bool {
-        let members = &mut self.members[channel as usize];
-        let Some(pos) = members.iter().position(|&b| b == bot) else {
+        if !self.members.remove(channel, bot) {
             return false;
-        };
-        members.remove(pos);
-        if members.is_empty() && self.assignee[channel as usize] == UNASSIGNED {
+        }
+        if self.members.get(channel).is_empty() && self.assignee[channel as usize] == UNASSIGNED {
             self.forgettable += 1;
         }
         let list = &mut self.bot_channels[bot as usize];
@@ -517,7 +383,7 @@ impl PlatformIndex {
         if let Some(new) = bot {
             self.load[new as usize] += 1;
         }
-        if self.members[channel as usize].is_empty() {
+        if self.members.get(channel).is_empty() {
             match (self.assignee[channel as usize] == UNASSIGNED, bot.is_none()) {
                 (true, false) => self.forgettable -= 1,
                 (false, true) => self.forgettable += 1,
@@ -540,7 +406,7 @@ impl PlatformIndex {
         debug_assert_eq!(
             self.forgettable,
             (0..self.channels.len())
-                .filter(|&c| self.members[c].is_empty() && self.assignee[c] == UNASSIGNED)
+                .filter(|&c| self.members(c as ChanIx).is_empty() && self.assignee[c] == UNASSIGNED)
                 .count()
         );
         self.forgettable
@@ -552,7 +418,7 @@ impl PlatformIndex {
     /// Returns the ids of the bots forgotten and how many channels were.
     pub fn compact(&mut self, forget: impl Fn(&str) -> bool) -> (Vec<String>, usize) {
         let gone: Vec<bool> = (0..self.bots.len())
-            .map(|b| !self.online[b] && self.load[b] == 0 && forget(self.bots.get(b as u32)))
+            .map(|b| !self.online[b] && self.load[b] == 0 && forget(self.bot_id(b as BotIx)))
             .collect();
         let mut fresh = PlatformIndex::new(&self.name);
         let mut bot_map: Vec<Option<BotIx>> = vec![None; self.bots.len()];
@@ -562,13 +428,14 @@ impl PlatformIndex {
                 forgotten.push(id.to_string());
                 continue;
             }
-            let nb = fresh.add_bot(id);
+            let nb = fresh.add_bot(&id);
             fresh.online[nb as usize] = self.online[b];
             bot_map[b] = Some(nb);
         }
         let mut dropped = 0;
         for (c, id) in self.channels.iter().enumerate() {
-            let members: Members = self.members[c]
+            let members: Vec<BotIx> = self
+                .members(c as ChanIx)
                 .iter()
                 .filter_map(|&b| bot_map[b as usize])
                 .collect();
@@ -577,12 +444,12 @@ impl PlatformIndex {
                 dropped += 1;
                 continue;
             }
-            let nc = fresh.add_channel(id);
+            let nc = fresh.add_channel(&id);
             for &b in &members {
                 fresh.bot_channels[b as usize].push(nc);
             }
-            fresh.members[nc as usize] = members;
-            fresh.weight[nc as usize] = self.weight[c];
+            fresh.members.set(nc, &members);
+            fresh.set_weight(nc, self.weight(c as ChanIx));
             if let Some(b) = assignee {
                 fresh.assignee[nc as usize] = b;
                 fresh.load[b as usize] += 1;
@@ -641,48 +508,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn numeric_and_other_ids_are_interned_apart_and_never_confused() {
-        let ids = [
-            "7",
-            "007",
-            "0",
-            "00",
-            "-7",
-            "+7",
-            "7 ",
-            "",
-            "9999999999999999999",
-            "18446744073709551615",
-            "99999999999999999999",
-            "\u{661}",
-            "onebot:7",
-            "300000001",
-            // Either side of 2^32, where numbers change tables; the wide one's number whose
-            // low half is the narrow one's.
-            "4294967295",
-            "4294967296",
-            "4294967297",
-            "1",
-        ];
-        let mut interner = Interner::default();
-        for (i, id) in ids.iter().enumerate() {
-            assert_eq!(interner.insert(id), (i as u32, true), "{id:?}");
-        }
-        for (i, id) in ids.iter().enumerate() {
-            assert_eq!(interner.insert(id), (i as u32, false), "{id:?}");
-            assert_eq!(interner.find(id), Some(i as u32), "{id:?}");
-            assert_eq!(interner.get(i as u32), *id);
-        }
-        assert_eq!(interner.find("07"), None);
-        assert_eq!(interner.find("8"), None);
-        // A number names the id its decimal text writes, whichever way it came in.
-        assert_eq!(interner.insert_number(7), (0, false));
-        assert_eq!(interner.insert_number(70), (ids.len() as u32, true));
-        assert_eq!(interner.find("70"), Some(ids.len() as u32));
-        assert_eq!(interner.get(ids.len() as u32), "70");
-    }
-
-    #[test]
     fn a_reported_list_is_the_same_membership_as_its_ids_as_text() {
         let ids = ["300000001", "abc", "007", "42", "300000001"];
         let mut by_text = PlatformIndex::new("onebot");
@@ -699,15 +524,50 @@ mod tests {
     }
 
     /// A bot's channels by id, sorted.
-    fn channel_names<'a>(p: &'a PlatformIndex, bot: &str) -> Vec<&'a str> {
+    fn channel_names(p: &PlatformIndex, bot: &str) -> Vec<String> {
         let bot = p.find_bot(bot).unwrap();
-        let mut names: Vec<&str> = p
+        let mut names: Vec<String> = p
             .channels_of(bot)
             .iter()
-            .map(|&c| p.channel_id(c))
+            .map(|&c| p.channel_id(c).to_owned())
             .collect();
         names.sort_unstable();
         names
+    }
+
+    #[test]
+    fn numbers_keep_no_text_and_weights_no_column_until_one_is_set() {
+        let ids = ["300000001", "abc", "4294967296", "7"];
+        let mut p = PlatformIndex::new("onebot");
+        p.bot_reported("1", &ids.into_iter().collect());
+        let channel = |p: &PlatformIndex, id| p.find_channel(id).unwrap();
+        for id in ids {
+            assert_eq!(p.channel_id(channel(&p, id)), id);
+        }
+        // Numbers below 2^32 are kept as numbers; the rest as text.
+        let written: Vec<bool> = ids
+            .iter()
+            .map(|id| p.channels.text(channel(&p, id)).is_some())
+            .collect();
+        assert_eq!(written, [false, true, true, false]);
+
+        p.set_weight(channel(&p, "7"), 0.0);
+        assert!(p.weight.is_empty() && !p.has_weights());
+        p.set_weight(channel(&p, "7"), 2.5);
+        assert_eq!(p.weight.len(), p.channel_count());
+        p.channel_joined("1", "8");
+        assert_eq!(p.weight(channel(&p, "8")), 0.0);
+        assert_eq!(p.weight.len(), p.channel_count());
+
+        // Compaction keeps ids and weights.
+        p.channel_left("1", "abc");
+        p.compact(|_| false);
+        assert_eq!(p.find_channel("abc"), None);
+        assert_eq!(p.weight(channel(&p, "7")), 2.5);
+        assert_eq!(
+            channel_names(&p, "1"),
+            ["300000001", "4294967296", "7", "8"]
+        );
     }
 
     #[test]
@@ -720,7 +580,11 @@ mod tests {
         let a = p.find_channel("a").unwrap();
         assert!(p.members(a).is_empty());
         let journal = p.take_journal();
-        let touched: Vec<&str> = journal.channels.iter().map(|&c| p.channel_id(c)).collect();
+        let touched: Vec<String> = journal
+            .channels
+            .iter()
+            .map(|&c| p.channel_id(c).to_owned())
+            .collect();
         assert_eq!(
             touched,
             ["a", "d"],
@@ -773,8 +637,8 @@ mod tests {
         // channels only 2 was in.
         let (bots, channels) = p.compact(|id| id != "1");
         assert_eq!((bots, channels), (vec!["2".to_owned()], 3));
-        let ids: Vec<&str> = (0..p.channel_count() as u32)
-            .map(|c| p.channel_id(c))
+        let ids: Vec<String> = (0..p.channel_count() as u32)
+            .map(|c| p.channel_id(c).to_owned())
             .collect();
         assert_eq!(ids, ["a", "e"]);
         assert_eq!(p.bot_count(), 2);

@@ -677,7 +677,7 @@ fn write_assignment(mut out: impl Write, snapshot: &Snapshot, plan: &Plan) -> io
         }
         out.write_all(if written == 0 { b"\n  " } else { b",\n  " })?;
         written += 1;
-        write_key(&mut out, &p.platform, pidx.channel_id(c))?;
+        write_key(&mut out, &p.platform, &pidx.channel_id(c))?;
         out.write_all(b": ")?;
         write_key(&mut out, &p.platform, pidx.bot_id(bot))?;
     }

@@ -29,7 +29,8 @@ pub(crate) fn assign(index: &PlatformIndex, resolved: &Resolved) -> Vec<Option<B
         .filter(|&c| !resolved.is_excluded(c))
         .collect();
     order.sort_unstable_by(|&a, &b| {
-        id_order(index.channel_id(a)).cmp(&id_order(index.channel_id(b)))
+        // The same order for numbers, without writing their text.
+        index.channel_id(a).cmp_shorter_first(&index.channel_id(b))
     });
     let active_members = |c: ChanIx| {
         index

@@ -46,7 +46,7 @@ fn bench(dir: &Path, seed: u64, baseline: Option<&Path>, ortools: &Path) -> anyh
             .enumerate()
             .filter_map(|(c, b)| {
                 let key = |kind: &str| format!("{PLATFORM}:{kind}");
-                b.map(|b| (key(p.channel_id(c as u32)), key(p.bot_id(b))))
+                b.map(|b| (key(&p.channel_id(c as u32)), key(p.bot_id(b))))
             })
             .collect::<std::collections::HashMap<String, String>>()
     };

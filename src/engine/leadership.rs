@@ -118,9 +118,9 @@ pub(super) fn load_assignment(index: &mut FleetIndex, view: &View, stored: Vec<A
     }
     for p in index.platforms_mut() {
         p.take_journal();
-        let assignment: Vec<(&str, &str)> = (0..p.channel_count() as u32)
+        let assignment: Vec<_> = (0..p.channel_count() as u32)
             .filter_map(|c| p.assignee(c).map(|b| (p.channel_id(c), p.bot_id(b))))
             .collect();
-        view.replace(p.name(), assignment);
+        view.replace(p.name(), assignment.iter().map(|(c, b)| (&**c, *b)));
     }
 }

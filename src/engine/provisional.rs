@@ -155,12 +155,11 @@ impl Engine {
             }
             let p = &*p;
             let changes: Vec<_> = done.changes.iter().map(|&(c, b)| (c, Some(b))).collect();
-            shown.add(
-                &platform,
-                changes
-                    .iter()
-                    .map(|&(c, b)| (p.channel_id(c), b.map(|b| p.bot_id(b)))),
-            );
+            let rows: Vec<_> = changes
+                .iter()
+                .map(|&(c, b)| (p.channel_id(c), b.map(|b| p.bot_id(b))))
+                .collect();
+            shown.add(&platform, rows.iter().map(|(c, b)| (&**c, *b)));
             batch.writes.extend(record::channel_writes(
                 Arc::from(platform.as_str()),
                 p,

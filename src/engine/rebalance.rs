@@ -34,12 +34,12 @@ impl Engine {
             let Some(index) = self.index.platform(&p.platform) else {
                 continue;
             };
-            shown.add(
-                &p.platform,
-                p.changes
-                    .iter()
-                    .map(|&(c, bot)| (index.channel_id(c), bot.map(|b| index.bot_id(b)))),
-            );
+            let rows: Vec<_> = p
+                .changes
+                .iter()
+                .map(|&(c, bot)| (index.channel_id(c), bot.map(|b| index.bot_id(b))))
+                .collect();
+            shown.add(&p.platform, rows.iter().map(|(c, bot)| (&**c, *bot)));
         }
         shown.publish();
         self.show_run(&plan, &causes, provisional);

@@ -20,7 +20,7 @@ pub(super) fn channel_writes<'a>(
     let mut bots: Vec<Option<Arc<str>>> = vec![None; index.bot_count()];
     changes.iter().map(move |&(c, bot)| ChannelWrite {
         platform: platform.clone(),
-        channel: Arc::from(index.channel_id(c)),
+        channel: Arc::from(&*index.channel_id(c)),
         assignee: bot.map_or_else(
             || none.clone(),
             |b| {

@@ -192,7 +192,7 @@ fn apply_changes(
     let mut after = base.to_vec();
     let mut seen = BTreeSet::new();
     for &(c, b) in changes {
-        let ch = channels[pi.channel_id(c)];
+        let ch = channels[&*pi.channel_id(c)];
         let b = b.map(|b| bots[pi.bot_id(b)]);
         prop_assert!(
             seen.insert(ch),
@@ -478,7 +478,7 @@ fn check_report(
     let excluded: BTreeSet<usize> = plan
         .excluded
         .iter()
-        .map(|&c| channels[pi.channel_id(c)])
+        .map(|&c| channels[&*pi.channel_id(c)])
         .collect();
     prop_assert_eq!(&excluded, &f.excluded, "excluded channels");
     Ok(())
