@@ -6,7 +6,8 @@
 //! indices stay below that tag ([`MemberLists::push`] asserts it), so one word tells the three
 //! cases apart. A `SmallVec<[BotIx; 4]>` held the same four inline in 24 bytes (its length is
 //! a word of its own) and moved a fifth member to a heap block of eight: at 10M channels
-//! 229 MB and 45 MB of blocks, where these lists take 153 MB and 48 MB.
+//! 229 MB and 45 MB of blocks, where these lists take 153 MB and about 48 MB (the bench's
+//! `--huge` fleet, a tenth of whose channels have five members).
 
 use crate::model::{BotIx, ChanIx};
 
