@@ -17,6 +17,13 @@ pub type BotIx = u32;
 /// Dense index of a channel within one platform of the [`crate::index::FleetIndex`].
 pub type ChanIx = u32;
 
+/// Whether bit `i` of `bits` is set (false past the end).
+#[inline]
+pub(crate) fn bit_set(bits: &[u64], i: u32) -> bool {
+    bits.get(i as usize / 64)
+        .is_some_and(|w| w >> (i % 64) & 1 == 1)
+}
+
 /// The number an id writes in canonical decimal (digits only, no leading zero, below 10^19 so
 /// it fits): such ids and their numbers correspond one to one, so the number can stand for the
 /// text. `None` for any other id.

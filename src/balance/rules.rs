@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rustc_hash::FxHashMap;
 
 use crate::index::{BotIx, ChanIx, PlatformIndex};
-use crate::model::split_key;
+use crate::model::{bit_set, split_key};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rules {
@@ -429,13 +429,6 @@ impl Resolved {
                 .filter(move |&b| index.is_online(b) && !bit_set(left_out, b)),
         )
     }
-}
-
-/// Whether bit `i` of `bits` is set (false past the end).
-#[inline]
-fn bit_set(bits: &[u64], i: u32) -> bool {
-    bits.get(i as usize / 64)
-        .is_some_and(|w| w >> (i % 64) & 1 == 1)
 }
 
 #[cfg(test)]

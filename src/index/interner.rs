@@ -22,7 +22,7 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use rustc_hash::FxBuildHasher;
 
-use crate::model::canonical_number;
+use crate::model::{bit_set, canonical_number};
 
 /// What an interner keeps of an id that is a number below 2^32.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -119,12 +119,6 @@ impl fmt::Debug for Id<'_> {
     }
 }
 
-impl PartialEq<str> for Id<'_> {
-    fn eq(&self, other: &str) -> bool {
-        **self == *other
-    }
-}
-
 impl PartialEq<&str> for Id<'_> {
     fn eq(&self, other: &&str) -> bool {
         **self == **other
@@ -187,15 +181,10 @@ impl Interner {
         self.slots.len()
     }
 
-    fn is_implied(&self, i: u32) -> bool {
-        self.implied
-            .get(i as usize / 64)
-            .is_some_and(|word| word >> (i % 64) & 1 == 1)
-    }
-
     /// The id's text, where it is written (`None` for an implied number).
     pub(super) fn text(&self, i: u32) -> Option<&str> {
-        (!self.is_implied(i)).then(|| written(&self.text, &self.ends, self.slots[i as usize]))
+        (!bit_set(&self.implied, i))
+            .then(|| written(&self.text, &self.ends, self.slots[i as usize]))
     }
 
     pub(super) fn get(&self, i: u32) -> Id<'_> {
